@@ -1,0 +1,148 @@
+"""One error taxonomy for the whole control plane.
+
+Every failure a caller can act on is one of these classes; the API maps them to a Kubernetes
+``kind: Status`` body and an HTTP code in exactly one place (``to_status``), and internal
+components use ``retryable`` / ``retry_after`` to decide whether to try again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One field-level problem: ``field`` is a JSON path such as ``spec.containers[0].image``."""
+
+    field: str
+    reason: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"field": self.field, "reason": self.reason, "message": self.message}
+
+
+@dataclass
+class StatusError(Exception):
+    """Base of every error that becomes a ``Status`` response."""
+
+    message: str
+    kind: str | None = None
+    name: str | None = None
+    causes: list[Cause] = field(default_factory=list)
+    code: int = 500
+    reason: str = "InternalError"
+    retryable: bool = False
+    retry_after: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_status(self) -> dict[str, Any]:
+        details: dict[str, Any] = {}
+        if self.name is not None:
+            details["name"] = self.name
+        if self.kind is not None:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = [c.to_dict() for c in self.causes]
+        if self.retry_after is not None:
+            details["retryAfterSeconds"] = self.retry_after
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if details:
+            body["details"] = details
+        return body
+
+
+def _make(code: int, reason: str, retryable: bool = False) -> Any:
+    def init(
+        self: StatusError,
+        message: str,
+        kind: str | None = None,
+        name: str | None = None,
+        causes: list[Cause] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        StatusError.__init__(
+            self, message, kind, name, list(causes or []), code, reason, retryable, retry_after
+        )
+
+    return init
+
+
+class BadRequest(StatusError):
+    __init__ = _make(400, "BadRequest")
+
+
+class Unauthorized(StatusError):
+    __init__ = _make(401, "Unauthorized")
+
+
+class Forbidden(StatusError):
+    __init__ = _make(403, "Forbidden")
+
+
+class NotFound(StatusError):
+    __init__ = _make(404, "NotFound")
+
+
+class MethodNotAllowed(StatusError):
+    __init__ = _make(405, "MethodNotAllowed")
+
+
+class AlreadyExists(StatusError):
+    __init__ = _make(409, "AlreadyExists")
+
+
+class Conflict(StatusError):
+    """The object changed since the version the caller read: re-read and retry."""
+
+    __init__ = _make(409, "Conflict", retryable=True)
+
+
+class Gone(StatusError):
+    """A revision older than the retained window: relist."""
+
+    __init__ = _make(410, "Expired")
+
+
+class RequestEntityTooLarge(StatusError):
+    __init__ = _make(413, "RequestEntityTooLarge")
+
+
+class UnsupportedMediaType(StatusError):
+    __init__ = _make(415, "UnsupportedMediaType")
+
+
+class Invalid(StatusError):
+    """Admission rejected the object; ``causes`` carries one entry per bad field."""
+
+    __init__ = _make(422, "Invalid")
+
+
+class TooManyRequests(StatusError):
+    __init__ = _make(429, "TooManyRequests", retryable=True)
+
+
+class Timeout(StatusError):
+    __init__ = _make(504, "Timeout", retryable=True)
+
+
+class ServiceUnavailable(StatusError):
+    __init__ = _make(503, "ServiceUnavailable", retryable=True)
+
+
+def invalid(kind: str, name: str | None, causes: list[Cause]) -> Invalid:
+    """Build the 422 for a list of causes, with a message that names every bad field."""
+    summary = "; ".join(f"{c.field}: {c.message}" for c in causes)
+    shown = name or "(unnamed)"
+    return Invalid(f'{kind} "{shown}" is invalid: {summary}', kind=kind, name=name, causes=causes)

@@ -1,0 +1,43 @@
+"""Database connection settings and pools.
+
+Requests go through ``DATABASE_URL`` (PgBouncer in production: statement caching off);
+the change stream needs a direct connection, ``QM_STREAM_DATABASE_URL`` (defaults to the same).
+"""
+
+from __future__ import annotations
+
+import os
+
+import asyncpg
+import msgspec
+
+_enc = msgspec.json.Encoder()
+
+
+def database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        raise SystemExit("DATABASE_URL is not set")
+    return url
+
+
+def stream_database_url() -> str:
+    return os.environ.get("QM_STREAM_DATABASE_URL") or database_url()
+
+
+async def _init(conn: asyncpg.Connection) -> None:
+    for typ in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typ, schema="pg_catalog", encoder=lambda v: _enc.encode(v).decode(),
+            decoder=msgspec.json.decode, format="text",
+        )
+
+
+async def create_pool(url: str, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
+    """A pool safe behind PgBouncer's transaction pooling (no prepared statement cache)."""
+    pool = await asyncpg.create_pool(
+        url, min_size=min_size, max_size=max_size, statement_cache_size=0, init=_init,
+        server_settings={"application_name": "quaymaster", "TimeZone": "UTC"},
+    )
+    assert pool is not None
+    return pool

@@ -1,0 +1,152 @@
+"""SQL text for each kind table, built once from the kind registry.
+
+Writes are single statements with the audit insert folded in as a CTE, so a write and its
+audit row commit together in one round trip; and every UPDATE or DELETE names the row version
+it expects.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from app.core.kinds import Kind
+
+COLUMNS = (
+    "uid", "namespace", "name", "generate_name", "labels", "annotations", "owner_references",
+    "finalizers", "creation_timestamp", "deletion_timestamp", "deletion_grace_period_seconds",
+    "generation", "row_version", "spec", "status",
+)
+COLS = ", ".join(COLUMNS)
+
+_AUDIT = (
+    "INSERT INTO qm_audit (username, verb, kind, namespace, name, uid, subresource, before, after)"
+)
+
+
+@cache
+def select_one(kind: Kind) -> str:
+    return f"SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2"
+
+
+@cache
+def insert(kind: Kind) -> str:
+    return f"""
+WITH ins AS (
+  INSERT INTO {kind.table} (uid, namespace, name, generate_name, labels, annotations,
+                            owner_references, finalizers, spec, status)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+  ON CONFLICT (namespace, name) DO NOTHING
+  RETURNING {COLS}
+), aud AS (
+  {_AUDIT}
+  SELECT $11::text, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
+         to_jsonb(ins.*) FROM ins WHERE $11::text IS NOT NULL
+)
+SELECT * FROM ins"""
+
+
+@cache
+def insert_many(kind: Kind) -> str:
+    return f"""
+INSERT INTO {kind.table} (uid, namespace, name, labels, annotations, owner_references,
+                          finalizers, spec, status)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
+                     $7::jsonb[], $8::jsonb[], $9::jsonb[])
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING {COLS}"""
+
+
+@cache
+def update(kind: Kind) -> str:
+    return f"""
+WITH old AS (
+  SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2
+), upd AS (
+  UPDATE {kind.table} SET labels = $4, annotations = $5, owner_references = $6,
+                          finalizers = $7, spec = $8
+  WHERE namespace = $1 AND name = $2 AND row_version = $3
+  RETURNING {COLS}
+), aud AS (
+  {_AUDIT}
+  SELECT $9::text, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
+         to_jsonb(old.*), to_jsonb(upd.*) FROM upd, old WHERE $9::text IS NOT NULL
+)
+SELECT * FROM upd"""
+
+
+@cache
+def update_status(kind: Kind) -> str:
+    return f"""
+WITH old AS (
+  SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2
+), upd AS (
+  UPDATE {kind.table} SET status = $4
+  WHERE namespace = $1 AND name = $2 AND row_version = $3
+  RETURNING {COLS}
+), aud AS (
+  {_AUDIT}
+  SELECT $5::text, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
+         to_jsonb(old.*), to_jsonb(upd.*) FROM upd, old WHERE $5::text IS NOT NULL
+)
+SELECT * FROM upd"""
+
+
+@cache
+def update_status_many(kind: Kind) -> str:
+    return f"""
+UPDATE {kind.table} AS t SET status = v.status
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::jsonb[]) AS v(namespace, name, expected, status)
+WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
+RETURNING {", ".join("t." + c for c in COLUMNS)}"""
+
+
+@cache
+def mark_deleting(kind: Kind) -> str:
+    return f"""
+UPDATE {kind.table}
+SET deletion_timestamp = coalesce(deletion_timestamp, now()),
+    deletion_grace_period_seconds = coalesce($4, deletion_grace_period_seconds),
+    finalizers = $5
+WHERE namespace = $1 AND name = $2 AND row_version = $3
+RETURNING {COLS}"""
+
+
+@cache
+def delete(kind: Kind) -> str:
+    return f"""
+DELETE FROM {kind.table} WHERE namespace = $1 AND name = $2 AND row_version = $3
+RETURNING {COLS}"""
+
+
+@cache
+def audit() -> str:
+    return f"{_AUDIT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+
+
+@cache
+def dependents(kind: Kind) -> str:
+    return (
+        f"SELECT {COLS} FROM {kind.table} WHERE owner_references @> $1::jsonb"
+        " AND owner_references <> '[]'::jsonb"
+    )
+
+
+@cache
+def drop_owner(kind: Kind) -> str:
+    return f"""
+UPDATE {kind.table} SET owner_references = coalesce(
+  (SELECT jsonb_agg(r) FROM jsonb_array_elements(owner_references) r WHERE r->>'uid' <> $3), '[]')
+WHERE namespace = $1 AND name = $2 RETURNING {COLS}"""
+
+
+@cache
+def exists_uid(kind: Kind) -> str:
+    return f"SELECT 1 FROM {kind.table} WHERE uid = $1"
+
+
+@cache
+def foreground_pending(kind: Kind) -> str:
+    return (
+        f"SELECT {COLS} FROM {kind.table} WHERE deletion_timestamp IS NOT NULL"
+        " AND (finalizers @> '[\"foregroundDeletion\"]'::jsonb OR finalizers = '[]'::jsonb)"
+    )

@@ -1,0 +1,1 @@
+"""The revision stream: logical decoding -> revision log -> watch caches."""

@@ -1,0 +1,371 @@
+"""The revisioner: the single writer of the revision stream.
+
+It reads every committed change to the kind tables from a logical replication slot (streaming
+protocol, ``pgoutput``), numbers the changes 1, 2, 3 ... in commit order, appends them to
+``qm_revision_log`` together with the rendered object, and wakes the watch caches with one
+NOTIFY per batch. Because numbers are assigned only to committed changes by one process reading
+the WAL in commit order, the stream has no gaps and no reordering, whatever the writers did
+(rolled back, ran long, or were a DBA typing UPDATE in psql).
+
+Exactly-once: a batch of whole transactions is appended in one local transaction that also
+moves ``qm_stream_state.last_commit_lsn``; only then is the slot told it may forget them. After a
+crash the slot re-sends what was not confirmed and anything at or below ``last_commit_lsn`` is
+skipped. Leadership is a session advisory lock; the slot itself can be used by one connection.
+
+Runs as a thread (psycopg2 is the only driver that speaks the streaming replication protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+import psycopg
+import psycopg2
+import psycopg2.extras
+
+from app.core.kinds import BY_KIND, BY_TABLE, Kind
+from app.core.objects import render, split
+from app.stream.log import LogEntry
+from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, format_lsn, parse_lsn
+
+log = logging.getLogger(__name__)
+
+SLOT = "qm_revisions"
+PUBLICATION = "qm_stream"
+LOCK_KEY = 0x716D_7265_7600  # "qmrev"
+JSON_COLUMNS = ("labels", "annotations", "owner_references", "finalizers", "spec", "status")
+_dec = msgspec.json.Decoder()
+_enc = msgspec.json.Encoder()
+
+
+class Revisioner:
+    """Consume the slot and append numbered changes to the revision log, until ``stop`` is set."""
+
+    def __init__(
+        self,
+        dsn: str,
+        on_commit: Callable[[list[LogEntry]], None] | None = None,
+        *,
+        batch_max: int = 5000,
+        compact_every_s: float = 10.0,
+        retain_s: float = 300.0,
+        slot: str = SLOT,
+    ) -> None:
+        self.dsn = dsn
+        self.on_commit = on_commit
+        self.batch_max = batch_max
+        self.compact_every_s = compact_every_s
+        self.retain_s = retain_s
+        self.slot = slot
+        self.is_leader = threading.Event()
+        self._rows: OrderedDict[str, tuple[Kind, dict[str, Any]]] = OrderedDict()
+        self._rows_max = 100_000
+        self._seed_lsn = 0
+        self.last_revision = 0
+        self.last_lsn = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self._run_once(stop)
+            except Exception:
+                log.exception("revisioner failed; retrying")
+                self.is_leader.clear()
+                stop.wait(1.0)
+
+    def _run_once(self, stop: threading.Event) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as db:
+            while not db.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
+                if stop.wait(1.0):
+                    return
+            self.is_leader.set()
+            created = self._ensure_slot(db)
+            state = db.execute(
+                "SELECT last_revision, last_commit_lsn::text FROM qm_stream_state WHERE id = 1"
+            ).fetchone()
+            assert state is not None
+            self.last_revision, self.last_lsn = int(state[0]), parse_lsn(state[1])
+            seeded: dict[str, int] = {}
+            if created:
+                seeded = self._reseed(db)
+            self._stream(db, stop, seeded)
+
+    def _ensure_slot(self, db: psycopg.Connection[Any]) -> bool:
+        row = db.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)
+        ).fetchone()
+        if row is not None and row[0] != "lost":
+            return False
+        if row is not None:
+            log.warning("replication slot %s was invalidated; rebuilding from the tables", self.slot)
+            db.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        return True
+
+    # -- streaming -----------------------------------------------------------------------
+    def _stream(self, db: psycopg.Connection[Any], stop: threading.Event, seeded: dict[str, int]) -> None:
+        repl = psycopg2.connect(
+            self.dsn,
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+            options="-c TimeZone=UTC -c DateStyle=ISO",
+        )
+        try:
+            cur = repl.cursor()
+            cur.start_replication(
+                slot_name=self.slot,
+                decode=False,
+                options={"proto_version": "1", "publication_names": PUBLICATION},
+            )
+            decoder = Decoder()
+            pending: list[Transaction] = []
+            npending = 0
+            last_compact = time.monotonic()
+            while not stop.is_set():
+                msg = cur.read_message()
+                if msg is not None:
+                    tx = decoder.feed(msg.payload)
+                    if tx is not None and tx.changes and tx.commit_lsn > self.last_lsn:
+                        pending.append(tx)
+                        npending += len(tx.changes)
+                    elif tx is not None and not pending:
+                        cur.send_feedback(flush_lsn=tx.end_lsn)
+                    if npending < self.batch_max:
+                        continue
+                if pending:
+                    self._append(db, pending, seeded)
+                    pending_lsn = pending[-1].commit_lsn
+                    cur.send_feedback(flush_lsn=pending[-1].end_lsn)
+                    pending, npending = [], 0
+                    if seeded and pending_lsn > self._seed_lsn:
+                        seeded.clear()  # the stream is past the reseed snapshot
+                    continue
+                if time.monotonic() - last_compact > self.compact_every_s:
+                    self.compact(db)
+                    last_compact = time.monotonic()
+                select.select([cur], [], [], 0.5)
+                cur.send_feedback()
+        finally:
+            repl.close()
+
+    def _append(self, db: psycopg.Connection[Any], txs: list[Transaction], seeded: dict[str, int]) -> None:
+        entries: list[LogEntry] = []
+        missing = self._missing_rows(db, txs)
+        rev = self.last_revision
+        for tx in txs:
+            for change in tx.changes:
+                entry = self._entry(change, tx.commit_lsn, missing, seeded)
+                if entry is None:
+                    continue
+                rev += 1
+                entry.revision = rev
+                entries.append(entry)
+        self._write(db, entries, rev, txs[-1].commit_lsn)
+        if self.on_commit is not None and entries:
+            self.on_commit(entries)
+
+    def _write(self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int) -> None:
+        with db.transaction():
+            if entries:
+                with db.cursor().copy(
+                    "COPY qm_revision_log (revision, kind, uid, namespace, name, row_version, op,"
+                    " object, commit_lsn) FROM STDIN"
+                ) as copy:
+                    for e in entries:
+                        copy.write_row((
+                            e.revision, e.kind.kind, e.uid, e.namespace, e.name, e.row_version,
+                            e.op, _enc.encode(e.obj).decode(), format_lsn(e.commit_lsn),
+                        ))
+            cur = db.execute(
+                "UPDATE qm_stream_state SET last_revision = %s, last_commit_lsn = %s::pg_lsn,"
+                " updated_at = now() WHERE id = 1 AND last_revision = %s",
+                (rev, format_lsn(lsn), self.last_revision),
+            )
+            if cur.rowcount != 1:
+                raise RuntimeError("another revisioner advanced the stream; stepping down")
+            db.execute("SELECT pg_notify('qm_stream', %s)", (str(rev),))
+        self.last_revision, self.last_lsn = rev, lsn
+
+    def _entry(
+        self,
+        change: Change,
+        lsn: int,
+        missing: dict[str, tuple[Kind, dict[str, Any]]],
+        seeded: dict[str, int],
+    ) -> LogEntry | None:
+        kind = BY_TABLE.get(change.table)
+        if kind is None:
+            return None
+        uid = str(change.values["uid"])
+        prev = self._rows.get(uid) or missing.get(uid)
+        if change.op == "D":
+            self._rows.pop(uid, None)
+            if prev is None:
+                return None  # never seen: nothing any watcher could know about
+            row = prev[1]
+            return LogEntry(0, kind, uid, row["namespace"], row["name"], int(row["row_version"]),
+                            "D", render(kind, row), lsn)
+        row = self._parse(change.values, prev[1] if prev else None)
+        version = int(row["row_version"])
+        if seeded.get(uid, -1) >= version:
+            return None  # already in the log from the reseed
+        self._remember(uid, kind, row)
+        op = "A" if change.op == "I" else "M"
+        return LogEntry(0, kind, uid, row["namespace"], row["name"], version, op,
+                        render(kind, row), lsn)
+
+    def _parse(self, values: dict[str, object], prev: dict[str, Any] | None) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for col, val in values.items():
+            if val is UNCHANGED:
+                row[col] = prev.get(col) if prev else None
+            elif col in JSON_COLUMNS and isinstance(val, str):
+                row[col] = _dec.decode(val)
+            else:
+                row[col] = val
+        return row
+
+    def _remember(self, uid: str, kind: Kind, row: dict[str, Any]) -> None:
+        self._rows[uid] = (kind, row)
+        self._rows.move_to_end(uid)
+        if len(self._rows) > self._rows_max:
+            self._rows.popitem(last=False)
+
+    def _missing_rows(
+        self, db: psycopg.Connection[Any], txs: Iterable[Transaction]
+    ) -> dict[str, tuple[Kind, dict[str, Any]]]:
+        """Previous row values the LRU lacks but a change needs (deletes, unchanged TOAST)."""
+        need = {
+            str(c.values["uid"])
+            for tx in txs
+            for c in tx.changes
+            if (c.op == "D" or UNCHANGED in c.values.values()) and str(c.values["uid"]) not in self._rows
+        }
+        if not need:
+            return {}
+        found: dict[str, tuple[Kind, dict[str, Any]]] = {}
+        rows = db.execute(
+            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op, object::text"
+            " FROM qm_revision_log WHERE uid = ANY(%s::uuid[]) ORDER BY uid, revision DESC",
+            (list(need),),
+        ).fetchall()
+        for uid, kind_name, version, op, text in rows:
+            if op == "D":
+                continue
+            kind = BY_KIND[kind_name]
+            obj = _dec.decode(text)
+            found[uid] = (kind, row_from_object(kind, obj, version))
+        return found
+
+    # -- reseeding and compaction --------------------------------------------------------
+    def _reseed(self, db: psycopg.Connection[Any]) -> dict[str, int]:
+        """Make the log agree with the tables after the slot was (re)created.
+
+        Rows whose version the log lacks are appended, log objects gone from the tables get a
+        DELETED entry. Changes committed after the slot's start may be seen twice (here and in
+        the stream); the returned versions let the stream skip those.
+        """
+        latest: dict[str, tuple[str, int, str]] = {}
+        for uid, kind_name, version, op in db.execute(
+            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op FROM qm_revision_log"
+            " ORDER BY uid, revision DESC"
+        ):
+            latest[uid] = (kind_name, int(version), op)
+        entries: list[LogEntry] = []
+        seen: dict[str, int] = {}
+        rev = self.last_revision
+        lsn_row = db.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert lsn_row is not None
+        self._seed_lsn = parse_lsn(lsn_row[0])
+        for kind in BY_TABLE.values():
+            cols = ", ".join(_select_columns())
+            for rec in db.execute(f"SELECT {cols} FROM {kind.table}"):
+                row = dict(zip(_select_columns(), rec, strict=True))
+                row["uid"] = str(row["uid"])
+                uid, version = row["uid"], int(row["row_version"])
+                seen[uid] = version
+                known = latest.get(uid)
+                if known is not None and known[1] == version and known[2] != "D":
+                    continue
+                rev += 1
+                op = "A" if known is None or known[2] == "D" else "M"
+                entries.append(LogEntry(rev, kind, uid, row["namespace"], row["name"], version,
+                                        op, render(kind, row), parse_lsn(lsn_row[0])))
+        for uid, (kind_name, version, op) in latest.items():
+            if op != "D" and uid not in seen:
+                kind = BY_KIND[kind_name]
+                last = db.execute(
+                    "SELECT object::text FROM qm_revision_log WHERE uid = %s"
+                    " ORDER BY revision DESC LIMIT 1", (uid,)
+                ).fetchone()
+                assert last is not None
+                obj = _dec.decode(last[0])
+                meta = obj["metadata"]
+                rev += 1
+                entries.append(LogEntry(rev, kind, uid, meta.get("namespace", ""), meta["name"],
+                                        version, "D", obj, parse_lsn(lsn_row[0])))
+        if entries:
+            self._write(db, entries, rev, self.last_lsn)
+            if self.on_commit is not None:
+                self.on_commit(entries)
+        return seen
+
+    def compact(self, db: psycopg.Connection[Any], batch: int = 10_000) -> int:
+        """Drop history older than the retention window, in small batches, keeping the latest
+        entry of every live object so the log always holds the whole current state."""
+        total = 0
+        while True:
+            cur = db.execute(
+                """
+                WITH doomed AS (
+                  SELECT l.revision FROM qm_revision_log l
+                  WHERE l.committed_at < now() - make_interval(secs => %s)
+                    AND (l.op = 'D' OR EXISTS (SELECT 1 FROM qm_revision_log n
+                                               WHERE n.uid = l.uid AND n.revision > l.revision))
+                  ORDER BY l.revision LIMIT %s)
+                DELETE FROM qm_revision_log WHERE revision IN (SELECT revision FROM doomed)
+                RETURNING revision
+                """,
+                (self.retain_s, batch),
+            )
+            revs = [r[0] for r in cur.fetchall()]
+            total += len(revs)
+            if revs:
+                db.execute(
+                    "UPDATE qm_stream_state SET compacted_revision = GREATEST(compacted_revision, %s)"
+                    " WHERE id = 1",
+                    (max(revs),),
+                )
+            if len(revs) < batch:
+                return total
+
+
+def _select_columns() -> tuple[str, ...]:
+    return (
+        "uid", "namespace", "name", "generate_name", "labels", "annotations", "owner_references",
+        "finalizers", "creation_timestamp", "deletion_timestamp", "deletion_grace_period_seconds",
+        "generation", "row_version", "spec", "status",
+    )
+
+
+def row_from_object(kind: Kind, obj: dict[str, Any], row_version: int) -> dict[str, Any]:
+    """Recover row column values from a rendered object (for the revisioner's lookups)."""
+    meta = obj.get("metadata") or {}
+    row = split(kind, obj)
+    row.update(
+        uid=meta.get("uid"),
+        namespace=meta.get("namespace", ""),
+        creation_timestamp=meta.get("creationTimestamp"),
+        deletion_timestamp=meta.get("deletionTimestamp"),
+        deletion_grace_period_seconds=meta.get("deletionGracePeriodSeconds"),
+        generation=meta.get("generation", 1),
+        row_version=row_version,
+    )
+    return row
