@@ -31,7 +31,9 @@ def run_offline() -> None:
 def run_online() -> None:
     engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=None, transaction_per_migration=True)
+        context.configure(
+            connection=connection, target_metadata=None, transaction_per_migration=True
+        )
         with context.begin_transaction():
             context.run_migrations()
 

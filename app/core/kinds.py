@@ -60,8 +60,11 @@ KINDS: tuple[Kind, ...] = (
         namespaced=False,
         short_names=("no",),
         field_columns={"spec.unschedulable": "unschedulable"},
-        columns=(("ZONE", "metadata.labels.topology.kubernetes.io/zone"),
-                 ("CPU", "status.allocatable.cpu"), ("MEMORY", "status.allocatable.memory")),
+        columns=(
+            ("ZONE", "metadata.labels.topology.kubernetes.io/zone"),
+            ("CPU", "status.allocatable.cpu"),
+            ("MEMORY", "status.allocatable.memory"),
+        ),
     ),
     Kind(
         "Lease",
@@ -81,16 +84,22 @@ KINDS: tuple[Kind, ...] = (
             "spec.priority": "priority",
             "spec.schedulerName": "scheduler_name",
         },
-        columns=(("NODE", "spec.nodeName"), ("PHASE", "status.phase"),
-                 ("PRIORITY", "spec.priority")),
+        columns=(
+            ("NODE", "spec.nodeName"),
+            ("PHASE", "status.phase"),
+            ("PRIORITY", "spec.priority"),
+        ),
     ),
     Kind(
         "Deployment",
         "deployments",
         "deployments",
         short_names=("deploy",),
-        columns=(("DESIRED", "spec.replicas"), ("READY", "status.readyReplicas"),
-                 ("AVAILABLE", "status.availableReplicas")),
+        columns=(
+            ("DESIRED", "spec.replicas"),
+            ("READY", "status.readyReplicas"),
+            ("AVAILABLE", "status.availableReplicas"),
+        ),
     ),
     Kind(
         "ReplicaSet",
@@ -149,8 +158,10 @@ KINDS: tuple[Kind, ...] = (
         "poddisruptionbudgets",
         "poddisruptionbudgets",
         short_names=("pdb",),
-        columns=(("MIN-AVAILABLE", "spec.minAvailable"),
-                 ("MAX-UNAVAILABLE", "spec.maxUnavailable")),
+        columns=(
+            ("MIN-AVAILABLE", "spec.minAvailable"),
+            ("MAX-UNAVAILABLE", "spec.maxUnavailable"),
+        ),
     ),
     Kind(
         "ConfigMap",
@@ -175,8 +186,15 @@ KINDS: tuple[Kind, ...] = (
         "events",
         short_names=("ev",),
         spec_fields=(
-            "involvedObject", "reason", "message", "type", "count", "source",
-            "firstTimestamp", "lastTimestamp", "reportingComponent",
+            "involvedObject",
+            "reason",
+            "message",
+            "type",
+            "count",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "reportingComponent",
         ),
         has_status=False,
         field_columns={
@@ -186,8 +204,12 @@ KINDS: tuple[Kind, ...] = (
             "reason": "reason",
             "type": "event_type",
         },
-        columns=(("TYPE", "type"), ("REASON", "reason"), ("OBJECT", "involvedObject.name"),
-                 ("MESSAGE", "message")),
+        columns=(
+            ("TYPE", "type"),
+            ("REASON", "reason"),
+            ("OBJECT", "involvedObject.name"),
+            ("MESSAGE", "message"),
+        ),
     ),
 )
 

@@ -14,9 +14,21 @@ from typing import Any
 from app.core.kinds import API_VERSION, Kind
 
 METADATA_COLUMNS = (
-    "uid", "namespace", "name", "generate_name", "labels", "annotations", "owner_references",
-    "finalizers", "creation_timestamp", "deletion_timestamp", "deletion_grace_period_seconds",
-    "generation", "row_version", "spec", "status",
+    "uid",
+    "namespace",
+    "name",
+    "generate_name",
+    "labels",
+    "annotations",
+    "owner_references",
+    "finalizers",
+    "creation_timestamp",
+    "deletion_timestamp",
+    "deletion_grace_period_seconds",
+    "generation",
+    "row_version",
+    "spec",
+    "status",
 )
 
 
@@ -31,7 +43,9 @@ def format_time(value: datetime | str | None) -> str | None:
 
 def parse_pg_time(text: str) -> datetime:
     """Parse PostgreSQL's ISO text output (``2026-11-29 09:30:00.12+00``)."""
-    if text.endswith(("+00", "-00")) or (len(text) > 3 and text[-3] in "+-" and ":" not in text[-3:]):
+    if text.endswith(("+00", "-00")) or (
+        len(text) > 3 and text[-3] in "+-" and ":" not in text[-3:]
+    ):
         text = text + ":00"
     return datetime.fromisoformat(text)
 

@@ -1,6 +1,8 @@
 """Database connection settings and pools.
 
-Requests go through ``DATABASE_URL`` (PgBouncer in production: statement caching off);
+Requests go through ``DATABASE_URL``. Behind PgBouncer's transaction pooling (set
+``QM_PGBOUNCER=1``) asyncpg's prepared-statement cache must be off, which costs an extra round
+trip per query; on a direct connection it stays on.
 the change stream needs a direct connection, ``QM_STREAM_DATABASE_URL`` (defaults to the same).
 """
 
@@ -28,15 +30,26 @@ def stream_database_url() -> str:
 async def _init(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(
-            typ, schema="pg_catalog", encoder=lambda v: _enc.encode(v).decode(),
-            decoder=msgspec.json.decode, format="text",
+            typ,
+            schema="pg_catalog",
+            encoder=lambda v: _enc.encode(v).decode(),
+            decoder=msgspec.json.decode,
+            format="text",
         )
 
 
+def behind_pgbouncer() -> bool:
+    return os.environ.get("QM_PGBOUNCER", "") not in ("", "0", "false")
+
+
 async def create_pool(url: str, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
-    """A pool safe behind PgBouncer's transaction pooling (no prepared statement cache)."""
+    """A pool of request connections (safe behind PgBouncer when ``QM_PGBOUNCER`` is set)."""
     pool = await asyncpg.create_pool(
-        url, min_size=min_size, max_size=max_size, statement_cache_size=0, init=_init,
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init,
+        statement_cache_size=0 if behind_pgbouncer() else 256,
         server_settings={"application_name": "quaymaster", "TimeZone": "UTC"},
     )
     assert pool is not None

@@ -12,9 +12,21 @@ from functools import cache
 from app.core.kinds import Kind
 
 COLUMNS = (
-    "uid", "namespace", "name", "generate_name", "labels", "annotations", "owner_references",
-    "finalizers", "creation_timestamp", "deletion_timestamp", "deletion_grace_period_seconds",
-    "generation", "row_version", "spec", "status",
+    "uid",
+    "namespace",
+    "name",
+    "generate_name",
+    "labels",
+    "annotations",
+    "owner_references",
+    "finalizers",
+    "creation_timestamp",
+    "deletion_timestamp",
+    "deletion_grace_period_seconds",
+    "generation",
+    "row_version",
+    "spec",
+    "status",
 )
 COLS = ", ".join(COLUMNS)
 
@@ -50,8 +62,9 @@ def insert_many(kind: Kind) -> str:
     return f"""
 INSERT INTO {kind.table} (uid, namespace, name, labels, annotations, owner_references,
                           finalizers, spec, status)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::jsonb[],
-                     $7::jsonb[], $8::jsonb[], $9::jsonb[])
+SELECT u, n, nm, l::jsonb, a::jsonb, o::jsonb, f::jsonb, s::jsonb, st::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+            $7::text[], $8::text[], $9::text[]) AS v(u, n, nm, l, a, o, f, s, st)
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING {COLS}"""
 
@@ -94,8 +107,9 @@ SELECT * FROM upd"""
 @cache
 def update_status_many(kind: Kind) -> str:
     return f"""
-UPDATE {kind.table} AS t SET status = v.status
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::jsonb[]) AS v(namespace, name, expected, status)
+UPDATE {kind.table} AS t SET status = v.status::jsonb
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
+  AS v(namespace, name, expected, status)
 WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
 RETURNING {", ".join("t." + c for c in COLUMNS)}"""
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import msgspec
+from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
 from app.core.kinds import KINDS, Kind
@@ -23,6 +25,8 @@ from app.core.names import generate_name
 from app.core.objects import render, split
 from app.store import sql
 
+_enc = msgspec.json.Encoder()
+Conn = asyncpg.Connection | PoolConnectionProxy
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 PROPAGATIONS = ("Background", "Foreground", "Orphan")
@@ -43,7 +47,8 @@ class Stored:
         return self.row.get("deletion_timestamp") is not None
 
 
-def _stored(kind: Kind, rec: asyncpg.Record) -> Stored:
+def _stored(kind: Kind, rec: asyncpg.Record | None) -> Stored:
+    assert rec is not None, "a conditional write returned no row where one was certain"
     row = dict(rec)
     return Stored(kind, render(kind, row), str(row["uid"]), int(row["row_version"]), row)
 
@@ -62,12 +67,15 @@ class Store:
             raise errors.NotFound(f'{kind.plural} "{name}" not found', kind=kind.plural, name=name)
         return _stored(kind, rec)
 
-    async def list(self, kind: Kind, namespace: str | None = None) -> list[Stored]:
+    async def list_objects(self, kind: Kind, namespace: str | None = None) -> list[Stored]:
         if namespace is None:
-            recs = await self.pool.fetch(f"SELECT {sql.COLS} FROM {kind.table} ORDER BY namespace, name")
+            recs = await self.pool.fetch(
+                f"SELECT {sql.COLS} FROM {kind.table} ORDER BY namespace, name"
+            )
         else:
             recs = await self.pool.fetch(
-                f"SELECT {sql.COLS} FROM {kind.table} WHERE namespace = $1 ORDER BY name", namespace)
+                f"SELECT {sql.COLS} FROM {kind.table} WHERE namespace = $1 ORDER BY name", namespace
+            )
         return [_stored(kind, r) for r in recs]
 
     # -- creates -------------------------------------------------------------------------
@@ -77,15 +85,25 @@ class Store:
         for _ in range(8 if prefix and not cols["name"] else 1):
             name = cols["name"] or generate_name(prefix or "", self.rng)
             rec = await self.pool.fetchrow(
-                sql.insert(kind), uuid.UUID(int=self.rng.getrandbits(128), version=4),
-                cols["namespace"], name, prefix, cols["labels"], cols["annotations"],
-                cols["owner_references"], cols["finalizers"], cols["spec"], cols["status"], actor,
+                sql.insert(kind),
+                uuid.UUID(int=self.rng.getrandbits(128), version=4),
+                cols["namespace"],
+                name,
+                prefix,
+                cols["labels"],
+                cols["annotations"],
+                cols["owner_references"],
+                cols["finalizers"],
+                cols["spec"],
+                cols["status"],
+                actor,
             )
             if rec is not None:
                 return _stored(kind, rec)
         shown = cols["name"] or prefix
-        raise errors.AlreadyExists(f'{kind.plural} "{shown}" already exists', kind=kind.plural,
-                                   name=shown)
+        raise errors.AlreadyExists(
+            f'{kind.plural} "{shown}" already exists', kind=kind.plural, name=shown
+        )
 
     async def create_many(self, kind: Kind, objs: list[dict[str, Any]]) -> list[Stored]:
         """Insert many objects in one statement; names that already exist are skipped."""
@@ -93,22 +111,46 @@ class Store:
         recs = await self.pool.fetch(
             sql.insert_many(kind),
             [uuid.UUID(int=self.rng.getrandbits(128), version=4) for _ in cols],
-            [c["namespace"] for c in cols], [c["name"] for c in cols],
-            *([c[f] for c in cols] for f in (
-                "labels", "annotations", "owner_references", "finalizers", "spec", "status")),
+            [c["namespace"] for c in cols],
+            [c["name"] for c in cols],
+            *(
+                [_json(c[f]) for c in cols]
+                for f in (
+                    "labels",
+                    "annotations",
+                    "owner_references",
+                    "finalizers",
+                    "spec",
+                    "status",
+                )
+            ),
         )
         return [_stored(kind, r) for r in recs]
 
     # -- updates -------------------------------------------------------------------------
-    async def update(self, kind: Kind, obj: dict[str, Any], expected: int,
-                     actor: str | None = None, verb: str = "update") -> Stored:
+    async def update(
+        self,
+        kind: Kind,
+        obj: dict[str, Any],
+        expected: int,
+        actor: str | None = None,
+        verb: str = "update",
+    ) -> Stored:
         """Replace labels, annotations, owners, finalizers and spec, if still at ``expected``."""
         cols = split(kind, obj)
         async with self.pool.acquire() as conn:
             rec = await conn.fetchrow(
-                sql.update(kind), cols["namespace"], cols["name"], expected, cols["labels"],
-                cols["annotations"], cols["owner_references"], cols["finalizers"], cols["spec"],
-                actor, verb,
+                sql.update(kind),
+                cols["namespace"],
+                cols["name"],
+                expected,
+                cols["labels"],
+                cols["annotations"],
+                cols["owner_references"],
+                cols["finalizers"],
+                cols["spec"],
+                actor,
+                verb,
             )
             if rec is None:
                 await self._raise_missing_or_conflict(conn, kind, cols["namespace"], cols["name"])
@@ -117,13 +159,26 @@ class Store:
                 await self._remove(conn, stored, actor)
             return stored
 
-    async def update_status(self, kind: Kind, obj: dict[str, Any], expected: int,
-                            actor: str | None = None, verb: str = "update") -> Stored:
+    async def update_status(
+        self,
+        kind: Kind,
+        obj: dict[str, Any],
+        expected: int,
+        actor: str | None = None,
+        verb: str = "update",
+    ) -> Stored:
         meta = obj.get("metadata") or {}
         namespace, name = _ns(kind, meta.get("namespace", "")), meta.get("name")
         async with self.pool.acquire() as conn:
-            rec = await conn.fetchrow(sql.update_status(kind), namespace, name, expected,
-                                      obj.get("status") or {}, actor, verb)
+            rec = await conn.fetchrow(
+                sql.update_status(kind),
+                namespace,
+                name,
+                expected,
+                obj.get("status") or {},
+                actor,
+                verb,
+            )
             if rec is None:
                 await self._raise_missing_or_conflict(conn, kind, namespace, name or "")
             return _stored(kind, rec)
@@ -135,13 +190,15 @@ class Store:
         metas = [o.get("metadata") or {} for o, _ in items]
         recs = await self.pool.fetch(
             sql.update_status_many(kind),
-            [_ns(kind, m.get("namespace", "")) for m in metas], [m.get("name") for m in metas],
-            [e for _, e in items], [o.get("status") or {} for o, _ in items],
+            [_ns(kind, m.get("namespace", "")) for m in metas],
+            [m.get("name") for m in metas],
+            [e for _, e in items],
+            [_json(o.get("status") or {}) for o, _ in items],
         )
         return [_stored(kind, r) for r in recs], len(items) - len(recs)
 
     async def _raise_missing_or_conflict(
-        self, conn: asyncpg.Connection, kind: Kind, namespace: str, name: str
+        self, conn: Conn, kind: Kind, namespace: str, name: str
     ) -> Any:
         current = await conn.fetchrow(sql.select_one(kind), namespace, name)
         if current is None:
@@ -149,7 +206,9 @@ class Store:
         raise errors.Conflict(
             f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has been '
             "modified; please apply your changes to the latest version and try again",
-            kind=kind.plural, name=name)
+            kind=kind.plural,
+            name=name,
+        )
 
     # -- deletes -------------------------------------------------------------------------
     async def delete(
@@ -169,36 +228,57 @@ class Store:
         Returns the object if it still exists (terminating), ``None`` once it is gone.
         """
         if propagation not in PROPAGATIONS:
-            raise errors.BadRequest(f"unsupported propagationPolicy {propagation!r}; "
-                                    f"use one of {', '.join(PROPAGATIONS)}")
+            raise errors.BadRequest(
+                f"unsupported propagationPolicy {propagation!r}; "
+                f"use one of {', '.join(PROPAGATIONS)}"
+            )
         async with self.pool.acquire() as conn, conn.transaction():
-            rec = await conn.fetchrow(sql.select_one(kind) + " FOR UPDATE",
-                                      _ns(kind, namespace), name)
+            rec = await conn.fetchrow(
+                sql.select_one(kind) + " FOR UPDATE", _ns(kind, namespace), name
+            )
             if rec is None:
-                raise errors.NotFound(f'{kind.plural} "{name}" not found', kind=kind.plural,
-                                      name=name)
+                raise errors.NotFound(
+                    f'{kind.plural} "{name}" not found', kind=kind.plural, name=name
+                )
             cur = _stored(kind, rec)
             if (expected is not None and expected != cur.row_version) or (
                 expected_uid is not None and expected_uid != cur.uid
             ):
                 raise errors.Conflict(
                     f'Operation cannot be fulfilled on {kind.plural} "{name}": the precondition '
-                    "does not match the current object", kind=kind.plural, name=name)
+                    "does not match the current object",
+                    kind=kind.plural,
+                    name=name,
+                )
             return await self._delete_locked(conn, cur, propagation, grace_seconds, actor)
 
-    async def _delete_locked(self, conn: asyncpg.Connection, cur: Stored, propagation: str,
-                             grace: int | None, actor: str | None) -> Stored | None:
+    async def _delete_locked(
+        self,
+        conn: Conn,
+        cur: Stored,
+        propagation: str,
+        grace: int | None,
+        actor: str | None,
+    ) -> Stored | None:
         finalizers = list(cur.row["finalizers"] or [])
         if propagation == "Orphan":
             await self._orphan(conn, cur.uid)
-        elif propagation == "Foreground" and FOREGROUND not in finalizers:
-            if await self._has_dependents(conn, cur.uid):
-                finalizers.append(FOREGROUND)
+        elif (
+            propagation == "Foreground"
+            and FOREGROUND not in finalizers
+            and await self._has_dependents(conn, cur.uid)
+        ):
+            finalizers.append(FOREGROUND)
         graceful = _graceful_pod(cur, grace)
         if finalizers or graceful is not None:
             rec = await conn.fetchrow(
-                sql.mark_deleting(cur.kind), cur.row["namespace"], cur.row["name"],
-                cur.row_version, graceful if graceful is not None else grace, finalizers)
+                sql.mark_deleting(cur.kind),
+                cur.row["namespace"],
+                cur.row["name"],
+                cur.row_version,
+                graceful if graceful is not None else grace,
+                finalizers,
+            )
             marked = _stored(cur.kind, rec)
             await self._audit(conn, actor, "delete", cur, marked)
             if propagation != "Orphan":
@@ -211,32 +291,54 @@ class Store:
             await self._cascade(conn, cur.uid, actor)
         return None
 
-    async def _remove(self, conn: asyncpg.Connection, cur: Stored, actor: str | None) -> None:
-        await conn.execute(sql.delete(cur.kind), cur.row["namespace"], cur.row["name"],
-                           cur.row_version)
+    async def _remove(self, conn: Conn, cur: Stored, actor: str | None) -> None:
+        await conn.execute(
+            sql.delete(cur.kind), cur.row["namespace"], cur.row["name"], cur.row_version
+        )
         await self._audit(conn, actor, "delete", cur, None)
 
-    async def _finish_foreground(self, conn: asyncpg.Connection, cur: Stored,
-                                 actor: str | None) -> Stored | None:
+    async def _finish_foreground(
+        self, conn: Conn, cur: Stored, actor: str | None
+    ) -> Stored | None:
         rest = [f for f in cur.row["finalizers"] if f != FOREGROUND]
         if rest:
             rec = await conn.fetchrow(
-                sql.mark_deleting(cur.kind), cur.row["namespace"], cur.row["name"],
-                cur.row_version, None, rest)
+                sql.mark_deleting(cur.kind),
+                cur.row["namespace"],
+                cur.row["name"],
+                cur.row_version,
+                None,
+                rest,
+            )
             return _stored(cur.kind, rec)
         await self._remove(conn, cur, actor)
         return None
 
-    async def _audit(self, conn: asyncpg.Connection, actor: str | None, verb: str,
-                     before: Stored, after: Stored | None) -> None:
+    async def _audit(
+        self,
+        conn: Conn,
+        actor: str | None,
+        verb: str,
+        before: Stored,
+        after: Stored | None,
+    ) -> None:
         if actor is None:
             return
         await conn.execute(
-            sql.audit(), actor, verb, before.kind.kind, before.row["namespace"], before.row["name"],
-            before.row["uid"], "", _jsonable(before.row), _jsonable(after.row) if after else None)
+            sql.audit(),
+            actor,
+            verb,
+            before.kind.kind,
+            before.row["namespace"],
+            before.row["name"],
+            before.row["uid"],
+            "",
+            _jsonable(before.row),
+            _jsonable(after.row) if after else None,
+        )
 
     # -- owner references ----------------------------------------------------------------
-    async def _dependents(self, conn: asyncpg.Connection, owner_uid: str) -> list[Stored]:
+    async def _dependents(self, conn: Conn, owner_uid: str) -> list[Stored]:
         pattern = json.dumps([{"uid": owner_uid}])
         found: list[Stored] = []
         for kind in KINDS:
@@ -244,28 +346,30 @@ class Store:
                 found.append(_stored(kind, rec))
         return found
 
-    async def _has_dependents(self, conn: asyncpg.Connection, owner_uid: str) -> bool:
+    async def _has_dependents(self, conn: Conn, owner_uid: str) -> bool:
         return bool(await self._dependents(conn, owner_uid))
 
-    async def _orphan(self, conn: asyncpg.Connection, owner_uid: str) -> None:
+    async def _orphan(self, conn: Conn, owner_uid: str) -> None:
         for dep in await self._dependents(conn, owner_uid):
-            await conn.fetchrow(sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"],
-                                owner_uid)
+            await conn.fetchrow(
+                sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
+            )
 
-    async def _cascade(self, conn: asyncpg.Connection, owner_uid: str, actor: str | None) -> None:
+    async def _cascade(self, conn: Conn, owner_uid: str, actor: str | None) -> None:
         """Delete what ``owner_uid`` owned; dependents with other live owners only lose the
         reference. Runs inside the owner's transaction, so the cascade is all-or-nothing."""
         for dep in await self._dependents(conn, owner_uid):
             others = [r for r in dep.row["owner_references"] if r.get("uid") != owner_uid]
             if others and await self._any_exists(conn, [r.get("uid", "") for r in others]):
-                await conn.fetchrow(sql.drop_owner(dep.kind), dep.row["namespace"],
-                                    dep.row["name"], owner_uid)
+                await conn.fetchrow(
+                    sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
+                )
                 continue
             if dep.deleting:
                 continue
             await self._delete_locked(conn, dep, "Background", None, actor)
 
-    async def _any_exists(self, conn: asyncpg.Connection, uids: list[str]) -> bool:
+    async def _any_exists(self, conn: Conn, uids: list[str]) -> bool:
         for uid in uids:
             try:
                 parsed = uuid.UUID(uid)
@@ -286,7 +390,9 @@ class Store:
                 if _graceful_pod(cur, None) is not None and not cur.row["finalizers"]:
                     continue  # the node agent confirms pod termination
                 async with self.pool.acquire() as conn, conn.transaction():
-                    if FOREGROUND in cur.row["finalizers"] and await self._has_dependents(conn, cur.uid):
+                    if FOREGROUND in cur.row["finalizers"] and await self._has_dependents(
+                        conn, cur.uid
+                    ):
                         continue
                     try:
                         await self._finish_foreground(conn, cur, None)
@@ -305,10 +411,16 @@ def _graceful_pod(cur: Stored, grace: int | None) -> int | None:
     return grace if grace > 0 else None
 
 
+def _json(value: Any) -> str:
+    return _enc.encode(value).decode()
+
+
 def _ns(kind: Kind, namespace: str | None) -> str:
     return (namespace or "") if kind.namespaced else ""
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, uuid.UUID) or hasattr(v, "isoformat") else v)
-            for k, v in row.items()}
+    return {
+        k: (str(v) if isinstance(v, uuid.UUID) or hasattr(v, "isoformat") else v)
+        for k, v in row.items()
+    }

@@ -23,18 +23,27 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def ensure_token(pool: asyncpg.Pool, token: str, username: str = "admin",
-                       groups: tuple[str, ...] = ("system:masters",),
-                       description: str = "bootstrap") -> None:
+async def ensure_token(
+    pool: asyncpg.Pool,
+    token: str,
+    username: str = "admin",
+    groups: tuple[str, ...] = ("system:masters",),
+    description: str = "bootstrap",
+) -> None:
     await pool.execute(
-        "INSERT INTO qm_tokens (username, groups, token_sha256, description) VALUES ($1, $2, $3, $4)"
+        "INSERT INTO qm_tokens (username, groups, token_sha256, description)"
+        " VALUES ($1, $2, $3, $4)"
         " ON CONFLICT (token_sha256) DO NOTHING",
-        username, list(groups), digest(token), description,
+        username,
+        list(groups),
+        digest(token),
+        description,
     )
 
 
-async def create_token(pool: asyncpg.Pool, username: str, groups: tuple[str, ...] = (),
-                       description: str = "") -> str:
+async def create_token(
+    pool: asyncpg.Pool, username: str, groups: tuple[str, ...] = (), description: str = ""
+) -> str:
     token = secrets.token_urlsafe(32)
     await ensure_token(pool, token, username, groups, description)
     return token

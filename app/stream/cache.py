@@ -71,7 +71,9 @@ class Watcher:
     namespace: str | None
     labels: Matcher | None
     fields: Matcher | None
-    queue: asyncio.Queue[tuple[str, Cached] | None] = field(default_factory=lambda: asyncio.Queue(maxsize=50_000))
+    queue: asyncio.Queue[tuple[str, Cached] | None] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=50_000)
+    )
     overflowed: bool = False
 
     def matches(self, c: Cached | None) -> bool:
@@ -111,13 +113,25 @@ class Watcher:
 def make_cached(kind: Kind, entry_obj: dict[str, Any], revision: int, row_version: int) -> Cached:
     meta = entry_obj.setdefault("metadata", {})
     meta["resourceVersion"] = str(revision)
-    fields = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "")}
+    fields = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+    }
     for path in kind.field_columns:
         value = get_path(entry_obj, path)
         if value is not None:
             fields[path] = str(value).lower() if isinstance(value, bool) else str(value)
-    return Cached(kind, meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
-                  revision, row_version, _enc.encode(entry_obj), meta.get("labels") or {}, fields)
+    return Cached(
+        kind,
+        meta.get("uid", ""),
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        revision,
+        row_version,
+        _enc.encode(entry_obj),
+        meta.get("labels") or {},
+        fields,
+    )
 
 
 class WatchCache:
@@ -153,12 +167,14 @@ class WatchCache:
     async def _load(self, conn: asyncpg.Connection) -> None:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             state = await conn.fetchrow(
-                "SELECT last_revision, compacted_revision FROM qm_stream_state WHERE id = 1")
+                "SELECT last_revision, compacted_revision FROM qm_stream_state WHERE id = 1"
+            )
             assert state is not None
             rev, floor = int(state["last_revision"]), int(state["compacted_revision"])
             async for r in conn.cursor(
-                "SELECT DISTINCT ON (uid) revision, kind, row_version, op, object::text AS o"
-                " FROM qm_revision_log WHERE revision <= $1 ORDER BY uid, revision DESC", rev,
+                "SELECT DISTINCT ON (uid) revision, kind, row_version, op::text, object::text AS o"
+                " FROM qm_revision_log WHERE revision <= $1 ORDER BY uid, revision DESC",
+                rev,
                 prefetch=2000,
             ):
                 if r["op"] == "D":
@@ -167,9 +183,11 @@ class WatchCache:
                 self._put(make_cached(kind, _dec.decode(r["o"]), r["revision"], r["row_version"]))
             history: list[LogEntry] = []
             async for r in conn.cursor(
-                "SELECT revision, kind, uid::text, namespace, name, row_version, op,"
+                "SELECT revision, kind, uid::text, namespace, name, row_version, op::text,"
                 " object::text AS o FROM qm_revision_log WHERE revision > $1 AND revision <= $2"
-                " ORDER BY revision", max(floor, rev - (self.window.maxlen or 0)), rev,
+                " ORDER BY revision",
+                max(floor, rev - (self.window.maxlen or 0)),
+                rev,
                 prefetch=2000,
             ):
                 history.append(_entry(r))
@@ -190,9 +208,11 @@ class WatchCache:
         while True:
             try:
                 rows = await conn.fetch(
-                    "SELECT revision, kind, uid::text, namespace, name, row_version, op,"
+                    "SELECT revision, kind, uid::text, namespace, name, row_version, op::text,"
                     " object::text AS o FROM qm_revision_log WHERE revision > $1"
-                    " ORDER BY revision LIMIT 5000", self.revision)
+                    " ORDER BY revision LIMIT 5000",
+                    self.revision,
+                )
                 if rows:
                     self.apply([_entry(r) for r in rows])
                     continue
@@ -202,14 +222,13 @@ class WatchCache:
             except asyncio.CancelledError:
                 await conn.close()
                 raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                log.exception("watch cache lost its connection; reconnecting")
+            except Exception:
+                log.exception("watch cache could not read the revision log; retrying")
                 await asyncio.sleep(1.0)
-                with contextlib.suppress(Exception):
-                    await conn.close()
-                with contextlib.suppress(Exception):
-                    conn = await asyncpg.connect(dsn, statement_cache_size=0)
-                    await conn.add_listener("qm_stream", lambda *_: self._wake.set())
+                if conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        conn = await asyncpg.connect(dsn, statement_cache_size=0)
+                        await conn.add_listener("qm_stream", lambda *_: self._wake.set())
 
     # -- applying changes ------------------------------------------------------------------
     def apply(self, entries: list[LogEntry]) -> None:
@@ -298,7 +317,8 @@ class WatchCache:
         except TimeoutError as exc:
             raise Timeout(
                 "the write was committed but the revision stream has not shown it yet; "
-                "read it back before retrying") from exc
+                "read it back before retrying"
+            ) from exc
 
     async def wait_revision(self, revision: int, timeout: float = 3.0) -> None:
         """Block until the cache has caught up with ``revision`` (for consistent reads)."""
@@ -309,14 +329,20 @@ class WatchCache:
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError as exc:
-            raise Timeout(f"too large resource version: {revision}, current: {self.revision}") from exc
+            raise Timeout(
+                f"too large resource version: {revision}, current: {self.revision}"
+            ) from exc
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str, name: str) -> Cached | None:
         return self.objects[kind.kind].get((namespace, name))
 
-    def iter(self, kind: Kind, namespace: str | None, after: tuple[str, str] | None = None,
-             ) -> Iterator[Cached]:
+    def iter(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        after: tuple[str, str] | None = None,
+    ) -> Iterator[Cached]:
         store: SortedDict = self.objects[kind.kind]
         if namespace is None:
             keys = store.irange(minimum=after, inclusive=(False, True)) if after else store.keys()
@@ -355,5 +381,13 @@ class WatchCache:
 
 
 def _entry(r: asyncpg.Record) -> LogEntry:
-    return LogEntry(r["revision"], BY_KIND[r["kind"]], r["uid"], r["namespace"], r["name"],
-                    r["row_version"], r["op"], _dec.decode(r["o"]))
+    return LogEntry(
+        r["revision"],
+        BY_KIND[r["kind"]],
+        r["uid"],
+        r["namespace"],
+        r["name"],
+        r["row_version"],
+        r["op"],
+        _dec.decode(r["o"]),
+    )

@@ -18,6 +18,7 @@ Runs as a thread (psycopg2 is the only driver that speaks the streaming replicat
 from __future__ import annotations
 
 import logging
+import re
 import select
 import threading
 import time
@@ -37,7 +38,7 @@ from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, format_
 
 log = logging.getLogger(__name__)
 
-SLOT = "qm_revisions"
+SLOT_PREFIX = "qm_rev_"
 PUBLICATION = "qm_stream"
 LOCK_KEY = 0x716D_7265_7600  # "qmrev"
 JSON_COLUMNS = ("labels", "annotations", "owner_references", "finalizers", "spec", "status")
@@ -56,14 +57,14 @@ class Revisioner:
         batch_max: int = 5000,
         compact_every_s: float = 10.0,
         retain_s: float = 300.0,
-        slot: str = SLOT,
+        slot: str | None = None,
     ) -> None:
         self.dsn = dsn
         self.on_commit = on_commit
         self.batch_max = batch_max
         self.compact_every_s = compact_every_s
         self.retain_s = retain_s
-        self.slot = slot
+        self.slot: str | None = slot
         self.is_leader = threading.Event()
         self._rows: OrderedDict[str, tuple[Kind, dict[str, Any]]] = OrderedDict()
         self._rows_max = 100_000
@@ -87,6 +88,9 @@ class Revisioner:
                 if stop.wait(1.0):
                     return
             self.is_leader.set()
+            if self.slot is None:
+                dbname = db.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+                self.slot = slot_name(dbname)
             created = self._ensure_slot(db)
             state = db.execute(
                 "SELECT last_revision, last_commit_lsn::text FROM qm_stream_state WHERE id = 1"
@@ -105,13 +109,17 @@ class Revisioner:
         if row is not None and row[0] != "lost":
             return False
         if row is not None:
-            log.warning("replication slot %s was invalidated; rebuilding from the tables", self.slot)
+            log.warning(
+                "replication slot %s was invalidated; rebuilding from the tables", self.slot
+            )
             db.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
         db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
         return True
 
     # -- streaming -----------------------------------------------------------------------
-    def _stream(self, db: psycopg.Connection[Any], stop: threading.Event, seeded: dict[str, int]) -> None:
+    def _stream(
+        self, db: psycopg.Connection[Any], stop: threading.Event, seeded: dict[str, int]
+    ) -> None:
         repl = psycopg2.connect(
             self.dsn,
             connection_factory=psycopg2.extras.LogicalReplicationConnection,
@@ -155,7 +163,9 @@ class Revisioner:
         finally:
             repl.close()
 
-    def _append(self, db: psycopg.Connection[Any], txs: list[Transaction], seeded: dict[str, int]) -> None:
+    def _append(
+        self, db: psycopg.Connection[Any], txs: list[Transaction], seeded: dict[str, int]
+    ) -> None:
         entries: list[LogEntry] = []
         missing = self._missing_rows(db, txs)
         rev = self.last_revision
@@ -171,7 +181,9 @@ class Revisioner:
         if self.on_commit is not None and entries:
             self.on_commit(entries)
 
-    def _write(self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int) -> None:
+    def _write(
+        self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int
+    ) -> None:
         with db.transaction():
             if entries:
                 with db.cursor().copy(
@@ -179,10 +191,19 @@ class Revisioner:
                     " object, commit_lsn) FROM STDIN"
                 ) as copy:
                     for e in entries:
-                        copy.write_row((
-                            e.revision, e.kind.kind, e.uid, e.namespace, e.name, e.row_version,
-                            e.op, _enc.encode(e.obj).decode(), format_lsn(e.commit_lsn),
-                        ))
+                        copy.write_row(
+                            (
+                                e.revision,
+                                e.kind.kind,
+                                e.uid,
+                                e.namespace,
+                                e.name,
+                                e.row_version,
+                                e.op,
+                                _enc.encode(e.obj).decode(),
+                                format_lsn(e.commit_lsn),
+                            )
+                        )
             cur = db.execute(
                 "UPDATE qm_stream_state SET last_revision = %s, last_commit_lsn = %s::pg_lsn,"
                 " updated_at = now() WHERE id = 1 AND last_revision = %s",
@@ -210,16 +231,26 @@ class Revisioner:
             if prev is None:
                 return None  # never seen: nothing any watcher could know about
             row = prev[1]
-            return LogEntry(0, kind, uid, row["namespace"], row["name"], int(row["row_version"]),
-                            "D", render(kind, row), lsn)
+            return LogEntry(
+                0,
+                kind,
+                uid,
+                row["namespace"],
+                row["name"],
+                int(row["row_version"]),
+                "D",
+                render(kind, row),
+                lsn,
+            )
         row = self._parse(change.values, prev[1] if prev else None)
         version = int(row["row_version"])
         if seeded.get(uid, -1) >= version:
             return None  # already in the log from the reseed
         self._remember(uid, kind, row)
         op = "A" if change.op == "I" else "M"
-        return LogEntry(0, kind, uid, row["namespace"], row["name"], version, op,
-                        render(kind, row), lsn)
+        return LogEntry(
+            0, kind, uid, row["namespace"], row["name"], version, op, render(kind, row), lsn
+        )
 
     def _parse(self, values: dict[str, object], prev: dict[str, Any] | None) -> dict[str, Any]:
         row: dict[str, Any] = {}
@@ -246,13 +277,14 @@ class Revisioner:
             str(c.values["uid"])
             for tx in txs
             for c in tx.changes
-            if (c.op == "D" or UNCHANGED in c.values.values()) and str(c.values["uid"]) not in self._rows
+            if (c.op == "D" or UNCHANGED in c.values.values())
+            and str(c.values["uid"]) not in self._rows
         }
         if not need:
             return {}
         found: dict[str, tuple[Kind, dict[str, Any]]] = {}
         rows = db.execute(
-            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op, object::text"
+            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op::text, object::text"
             " FROM qm_revision_log WHERE uid = ANY(%s::uuid[]) ORDER BY uid, revision DESC",
             (list(need),),
         ).fetchall()
@@ -274,7 +306,7 @@ class Revisioner:
         """
         latest: dict[str, tuple[str, int, str]] = {}
         for uid, kind_name, version, op in db.execute(
-            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op FROM qm_revision_log"
+            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op::text FROM qm_revision_log"
             " ORDER BY uid, revision DESC"
         ):
             latest[uid] = (kind_name, int(version), op)
@@ -296,21 +328,44 @@ class Revisioner:
                     continue
                 rev += 1
                 op = "A" if known is None or known[2] == "D" else "M"
-                entries.append(LogEntry(rev, kind, uid, row["namespace"], row["name"], version,
-                                        op, render(kind, row), parse_lsn(lsn_row[0])))
+                entries.append(
+                    LogEntry(
+                        rev,
+                        kind,
+                        uid,
+                        row["namespace"],
+                        row["name"],
+                        version,
+                        op,
+                        render(kind, row),
+                        parse_lsn(lsn_row[0]),
+                    )
+                )
         for uid, (kind_name, version, op) in latest.items():
             if op != "D" and uid not in seen:
                 kind = BY_KIND[kind_name]
                 last = db.execute(
                     "SELECT object::text FROM qm_revision_log WHERE uid = %s"
-                    " ORDER BY revision DESC LIMIT 1", (uid,)
+                    " ORDER BY revision DESC LIMIT 1",
+                    (uid,),
                 ).fetchone()
                 assert last is not None
                 obj = _dec.decode(last[0])
                 meta = obj["metadata"]
                 rev += 1
-                entries.append(LogEntry(rev, kind, uid, meta.get("namespace", ""), meta["name"],
-                                        version, "D", obj, parse_lsn(lsn_row[0])))
+                entries.append(
+                    LogEntry(
+                        rev,
+                        kind,
+                        uid,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        version,
+                        "D",
+                        obj,
+                        parse_lsn(lsn_row[0]),
+                    )
+                )
         if entries:
             self._write(db, entries, rev, self.last_lsn)
             if self.on_commit is not None:
@@ -339,7 +394,8 @@ class Revisioner:
             total += len(revs)
             if revs:
                 db.execute(
-                    "UPDATE qm_stream_state SET compacted_revision = GREATEST(compacted_revision, %s)"
+                    "UPDATE qm_stream_state"
+                    " SET compacted_revision = GREATEST(compacted_revision, %s)"
                     " WHERE id = 1",
                     (max(revs),),
                 )
@@ -347,11 +403,29 @@ class Revisioner:
                 return total
 
 
+def slot_name(database: str) -> str:
+    """One slot per database (slots are cluster-wide objects; names allow [a-z0-9_])."""
+    clean = re.sub(r"[^a-z0-9_]", "_", database.lower())
+    return (SLOT_PREFIX + clean)[:63]
+
+
 def _select_columns() -> tuple[str, ...]:
     return (
-        "uid", "namespace", "name", "generate_name", "labels", "annotations", "owner_references",
-        "finalizers", "creation_timestamp", "deletion_timestamp", "deletion_grace_period_seconds",
-        "generation", "row_version", "spec", "status",
+        "uid",
+        "namespace",
+        "name",
+        "generate_name",
+        "labels",
+        "annotations",
+        "owner_references",
+        "finalizers",
+        "creation_timestamp",
+        "deletion_timestamp",
+        "deletion_grace_period_seconds",
+        "generation",
+        "row_version",
+        "spec",
+        "status",
     )
 
 

@@ -47,9 +47,6 @@ PROMOTED: dict[str, list[tuple[str, str, str, bool]]] = {
         ("priority", "integer", "qm_int(spec->>'priority')", True),
         ("scheduler_name", "text", "spec->>'schedulerName'", False),
         ("ready", "boolean", "qm_condition_true(status, 'Ready')", False),
-        ("req_cpu_milli", "bigint", "qm_pod_request(spec, 'cpu')", False),
-        ("req_memory_bytes", "bigint", "qm_pod_request(spec, 'memory')", False),
-        ("req_gpu", "bigint", "qm_pod_request(spec, 'nvidia.com/gpu')", False),
     ],
     "endpointslices": [
         ("service_name", "text", "labels->>'kubernetes.io/service-name'", True),
@@ -69,25 +66,18 @@ CREATE FUNCTION qm_int(v text) RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL S
   SELECT CASE WHEN v ~ '^-?[0-9]{1,9}$' THEN v::integer END
 $$;
 
--- Kubernetes quantity -> exact numeric (NULL when not a quantity).
-CREATE FUNCTION qm_quantity(v text) RETURNS numeric LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  m text[];
-  mult numeric;
-BEGIN
-  IF v IS NULL THEN RETURN NULL; END IF;
-  m := regexp_match(v, '^([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$');
-  IF m IS NULL THEN RETURN NULL; END IF;
-  mult := CASE m[2]
-    WHEN 'Ki' THEN 1024::numeric WHEN 'Mi' THEN 1024::numeric^2 WHEN 'Gi' THEN 1024::numeric^3
-    WHEN 'Ti' THEN 1024::numeric^4 WHEN 'Pi' THEN 1024::numeric^5 WHEN 'Ei' THEN 1024::numeric^6
+-- Kubernetes quantity -> exact numeric (NULL when not a quantity). Plain SQL, no exception
+-- block: this runs inside hot writes and must not open a subtransaction.
+CREATE FUNCTION qm_quantity(v text) RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT m[1]::numeric * CASE m[2]
+    WHEN 'Ki' THEN 1024::numeric WHEN 'Mi' THEN 1048576::numeric
+    WHEN 'Gi' THEN 1073741824::numeric WHEN 'Ti' THEN 1099511627776::numeric
+    WHEN 'Pi' THEN 1125899906842624::numeric WHEN 'Ei' THEN 1152921504606846976::numeric
     WHEN 'n' THEN 0.000000001 WHEN 'u' THEN 0.000001 WHEN 'm' THEN 0.001
     WHEN 'k' THEN 1e3 WHEN 'M' THEN 1e6 WHEN 'G' THEN 1e9 WHEN 'T' THEN 1e12
-    WHEN 'P' THEN 1e15 WHEN 'E' THEN 1e18 ELSE 1 END;
-  RETURN m[1]::numeric * mult;
-EXCEPTION WHEN others THEN
-  RETURN NULL;
-END
+    WHEN 'P' THEN 1e15 WHEN 'E' THEN 1e18 ELSE 1 END
+  FROM regexp_match(v, '^([+]?[0-9]{0,30}\.?[0-9]{1,30}(?:[eE][+-]?[0-9]{1,2})?)'
+                       '(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$') AS m
 $$;
 
 CREATE FUNCTION qm_cpu_milli(v text) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -127,6 +117,19 @@ BEGIN
     IF NEW.spec IS DISTINCT FROM OLD.spec AND NEW.generation = OLD.generation THEN
       NEW.generation := OLD.generation + 1;
     END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+-- A pod's summed requests are recomputed only when its spec changes (a generated column would
+-- recompute them on every status write, which tripled the cost of those writes).
+CREATE FUNCTION qm_pod_requests() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' OR NEW.spec IS DISTINCT FROM OLD.spec THEN
+    NEW.req_cpu_milli := qm_pod_request(NEW.spec, 'cpu');
+    NEW.req_memory_bytes := qm_pod_request(NEW.spec, 'memory');
+    NEW.req_gpu := qm_pod_request(NEW.spec, 'nvidia.com/gpu');
   END IF;
   RETURN NEW;
 END
@@ -182,6 +185,15 @@ def upgrade() -> None:
     op.execute(FUNCTIONS)
     for table in KIND_TABLES:
         op.execute(_kind_table(table))
+    op.execute(
+        """
+ALTER TABLE pods ADD COLUMN req_cpu_milli bigint NOT NULL DEFAULT 0,
+                 ADD COLUMN req_memory_bytes bigint NOT NULL DEFAULT 0,
+                 ADD COLUMN req_gpu bigint NOT NULL DEFAULT 0;
+CREATE TRIGGER pods_requests BEFORE INSERT OR UPDATE OF spec ON pods
+  FOR EACH ROW EXECUTE FUNCTION qm_pod_requests();
+"""
+    )
     op.execute("CREATE INDEX pods_unbound ON pods (priority DESC, creation_timestamp) "
                "WHERE node_name IS NULL")
     op.execute(
@@ -272,7 +284,7 @@ def downgrade() -> None:
     for table in reversed(KIND_TABLES):
         op.execute(f"DROP TABLE IF EXISTS {table}")
     op.execute(
-        "DROP FUNCTION IF EXISTS qm_refuse_change, qm_stamp_row, qm_pod_request, "
+        "DROP FUNCTION IF EXISTS qm_refuse_change, qm_pod_requests, qm_stamp_row, qm_pod_request, "
         "qm_condition_true, qm_bytes, qm_cpu_milli, qm_quantity, qm_int"
     )
     op.execute("DROP SEQUENCE IF EXISTS qm_row_version")

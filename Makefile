@@ -1,0 +1,79 @@
+# Quaymaster developer entry points.
+#
+#   make up         run the whole control plane locally (PostgreSQL and Redis from wheels)
+#   make test       OS packages, lint, then every test tier (what CI runs)
+#   make test-fast  every test not marked slow, without lint
+#   make lint       ruff, ruff format --check, mypy, import-linter
+#   make bench      benchmarks
+#   make deps       OS packages the tests need (as root, with apt-get)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := chromium pgbouncer runc postgresql-client
+PYTEST_ARGS ?=
+
+.PHONY: help install deps up lint test test-fast bench
+
+help:
+	@grep -E '^#   make ' Makefile | sed 's/^#   //'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when pyproject.toml is newer than the stamp.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+deps:
+	@if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "deps: not root or no apt-get; make sure these are installed: $(APT_PACKAGES)"; \
+	  exit 0; \
+	fi; \
+	missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	  dpkg -s "$$pkg" >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq >/dev/null; \
+	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+up: install
+	$(BIN)/python -m app.devstack.up
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# pytest exits 5 when it collected no tests: that is a failure too.
+define pytest
+	@rc=0; $(BIN)/pytest $(1) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
+	exit $$rc
+endef
+
+test: deps install lint
+	$(call pytest,tests $(PYTEST_ARGS))
+
+test-fast: install
+	$(call pytest,tests -m "not slow" $(PYTEST_ARGS))
+
+bench: install
+	@if [ -f bench/store/run.py ]; then \
+	  $(BIN)/python bench/store/run.py; \
+	else \
+	  echo "bench: no benchmarks yet (bench/store/run.py)"; \
+	fi

@@ -1,0 +1,1 @@
+"""The REST API server: Kubernetes-style resources under ``quaymaster.io/v1``."""

@@ -1,0 +1,110 @@
+"""The API server's composition root: pools, cache, revisioner and routes wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+
+from app import __version__
+from app.api.auth import Authenticator
+from app.api.background import RevisionerThread, housekeeping
+from app.api.discovery import HANDLERS
+from app.api.responses import error_response
+from app.api.routes import all_handlers
+from app.api.service import Objects
+from app.core import errors
+from app.store.db import create_pool, database_url, stream_database_url
+from app.store.store import Store
+from app.store.tokens import ensure_token
+from app.stream.cache import WatchCache
+from app.stream.revisioner import Revisioner
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Litestar) -> AsyncIterator[None]:
+    pool = await create_pool(database_url(), max_size=int(os.environ.get("QM_DB_POOL", "20")))
+    token = os.environ.get("QM_BOOTSTRAP_TOKEN")
+    if token:
+        await ensure_token(pool, token)
+    cache = WatchCache(window=int(os.environ.get("QM_WATCH_WINDOW", "200000")))
+    loop = asyncio.get_running_loop()
+    revisioner = Revisioner(
+        stream_database_url(),
+        on_commit=lambda entries: _call_soon(loop, cache.apply, entries),
+        retain_s=float(os.environ.get("QM_HISTORY_SECONDS", "300")),
+    )
+    rthread = RevisionerThread(revisioner)
+    rthread.start()
+    await cache.start(stream_database_url())
+    store = Store(pool)
+    app.state.objects = Objects(store, cache)
+    app.state.auth = Authenticator(pool)
+    app.state.revisioner = revisioner
+    keeper = asyncio.create_task(housekeeping(store, revisioner))
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+        await cache.stop()
+        await asyncio.get_running_loop().run_in_executor(None, rthread.close)
+        await pool.close()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, arg: Any) -> None:
+    loop.call_soon_threadsafe(fn, arg)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    code = exc.status_code
+    cls = {
+        404: errors.NotFound,
+        405: errors.MethodNotAllowed,
+        413: errors.RequestEntityTooLarge,
+        401: errors.Unauthorized,
+        429: errors.TooManyRequests,
+    }.get(code, errors.BadRequest)
+    err = cls(str(exc.detail))
+    err.code = code
+    return error_response(err)
+
+
+def _status_error(request: Request[Any, Any, Any], exc: errors.StatusError) -> Response[Any]:
+    return error_response(exc)
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(errors.StatusError(f"internal error: {type(exc).__name__}"))
+
+
+def create_app() -> Litestar:
+    return Litestar(
+        route_handlers=[*HANDLERS, *all_handlers()],
+        lifespan=[lifespan],
+        exception_handlers={
+            errors.StatusError: _status_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        openapi_config=OpenAPIConfig(
+            title="Quaymaster",
+            version=__version__,
+            path="/schema",
+            description="Kubernetes-style API for the quaymaster.io/v1 group",
+            render_plugins=[SwaggerRenderPlugin()],
+        ),
+        request_max_body_size=8 * 1024 * 1024,
+    )

@@ -1,0 +1,141 @@
+"""Discovery, version, health and metrics endpoints (the unauthenticated ones except /apis)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+from litestar import Request, Response, get
+
+from app import __version__
+from app.api.responses import json_response
+from app.api.routes import guarded
+from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
+from app.store.tokens import User
+
+VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def group() -> dict[str, Any]:
+    gv = {"groupVersion": API_VERSION, "version": VERSION}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [gv],
+        "preferredVersion": gv,
+    }
+
+
+def resources() -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    for k in KINDS:
+        items.append(
+            {
+                "name": k.plural,
+                "singularName": k.singular,
+                "namespaced": k.namespaced,
+                "kind": k.kind,
+                "verbs": VERBS,
+                "shortNames": list(k.short_names),
+            }
+        )
+        if k.has_status:
+            items.append(
+                {
+                    "name": f"{k.plural}/status",
+                    "singularName": "",
+                    "namespaced": k.namespaced,
+                    "kind": k.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": API_VERSION,
+        "resources": items,
+    }
+
+
+@get("/apis", operation_id="getAPIGroups", tags=["discovery"])
+async def apis(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group()]})
+
+    return await guarded(request, run)
+
+
+@get(f"/apis/{GROUP}", operation_id="getAPIGroup", tags=["discovery"])
+async def api_group(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        return json_response(group())
+
+    return await guarded(request, run)
+
+
+@get(f"/apis/{API_VERSION}", operation_id="getAPIResources", tags=["discovery"])
+async def api_resources(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        return json_response(resources())
+
+    return await guarded(request, run)
+
+
+@get("/version", operation_id="getVersion", tags=["discovery"])
+async def version() -> Response[Any]:
+    major, minor, *_ = __version__.split(".")
+    return json_response(
+        {
+            "major": major,
+            "minor": minor,
+            "gitVersion": f"v{__version__}",
+            "platform": f"{platform.system().lower()}/{platform.machine()}",
+            "pythonVersion": sys.version.split()[0],
+        }
+    )
+
+
+@get(["/healthz", "/livez"], operation_id="getHealth", tags=["health"], media_type="text/plain")
+async def healthz() -> str:
+    return "ok"
+
+
+@get("/readyz", operation_id="getReady", tags=["health"], media_type="text/plain")
+async def readyz(request: Request[Any, Any, Any]) -> Response[str]:
+    ready = request.app.state.objects.cache.ready.is_set()
+    return Response(
+        "ok" if ready else "watch cache loading",
+        status_code=200 if ready else 503,
+        media_type="text/plain",
+    )
+
+
+@get("/openapi/v3", operation_id="getOpenAPI", tags=["discovery"])
+async def openapi_v3(request: Request[Any, Any, Any]) -> Response[Any]:
+    schema = request.app.openapi_schema.to_schema()
+    return json_response(schema)
+
+
+@get("/metrics", operation_id="getMetrics", tags=["health"], media_type="text/plain")
+async def metrics(request: Request[Any, Any, Any]) -> str:
+    state = request.app.state
+    cache = state.objects.cache
+    lines = [
+        "# TYPE qm_watch_cache_revision gauge",
+        f"qm_watch_cache_revision {cache.revision}",
+        "# TYPE qm_watch_cache_window_floor gauge",
+        f"qm_watch_cache_window_floor {cache.window_floor}",
+        "# TYPE qm_watch_cache_watchers gauge",
+        f"qm_watch_cache_watchers {len(cache.watchers)}",
+        "# TYPE qm_revisioner_leader gauge",
+        f"qm_revisioner_leader {int(state.revisioner.is_leader.is_set())}",
+        "# TYPE qm_watch_cache_objects gauge",
+    ]
+    for k in KINDS:
+        lines.append(f'qm_watch_cache_objects{{kind="{k.kind}"}} {len(cache.objects[k.kind])}')
+    return "\n".join(lines) + "\n"
+
+
+HANDLERS = [apis, api_group, api_resources, version, healthz, readyz, openapi_v3, metrics]

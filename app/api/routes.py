@@ -1,0 +1,255 @@
+"""Route handlers for every kind, generated from the kind registry.
+
+Each kind gets the Kubernetes set of paths (collection, item, status subresource, and an
+all-namespaces list for namespaced kinds); every handler is a thin shell over ``Objects``.
+Handlers are generated so that OpenAPI lists each path with its own operation id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from litestar import Request, Response, delete, get, patch, post, put
+from litestar.handlers import HTTPRouteHandler
+from litestar.response import Stream
+
+from app.api import watch
+from app.api.auth import Authenticator
+from app.api.responses import json_response, list_body, raw_response, success_status
+from app.api.service import Objects, decode_body
+from app.core import errors
+from app.core.kinds import API_VERSION, KINDS, Kind
+from app.store.tokens import User
+from app.stream.cache import Watcher
+
+PREFIX = f"/apis/{API_VERSION}"
+Handler = Callable[[User], Awaitable[Response[Any]]]
+
+
+async def guarded(
+    request: Request[Any, Any, Any], fn: Handler, count: bool = True
+) -> Response[Any]:
+    """Authenticate, take a slot of the user's fair share, run, and map errors to Status."""
+    auth: Authenticator = request.app.state.auth
+    try:
+        user = await auth.user_for(request.headers.get("authorization"))
+        if not count:
+            return await fn(user)
+        auth.enter(user)
+        try:
+            return await fn(user)
+        finally:
+            auth.leave(user)
+    except errors.StatusError as exc:
+        from app.api.responses import error_response
+
+        return error_response(exc)
+
+
+def _objects(request: Request[Any, Any, Any]) -> Objects:
+    objects: Objects = request.app.state.objects
+    return objects
+
+
+def _int_param(request: Request[Any, Any, Any], name: str) -> int | None:
+    value = request.query_params.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise errors.BadRequest(f"{name} must be an integer, got {value!r}") from exc
+    if n < 0:
+        raise errors.BadRequest(f"{name} must not be negative")
+    return n
+
+
+def _truthy(value: str | None) -> bool:
+    return value not in (None, "", "0", "false", "False")
+
+
+async def _list_or_watch(
+    request: Request[Any, Any, Any], kind: Kind, namespace: str | None, user: User
+) -> Response[Any]:
+    objects = _objects(request)
+    q = request.query_params
+    if _truthy(q.get("watch")):
+        labels, fields = objects.matchers(kind, q.get("labelSelector"), q.get("fieldSelector"))
+        w = Watcher(kind, namespace, labels, fields)
+        rv = q.get("resourceVersion")
+        since = None if rv in (None, "", "0") else int(rv) if rv.isdigit() else None
+        if rv not in (None, "", "0") and since is None:
+            raise errors.BadRequest(f"invalid resourceVersion {rv!r}")
+        if since is not None and since > objects.cache.revision:
+            await objects.cache.wait_revision(since)
+        objects.cache.watch(w, since)
+        timeout = _int_param(request, "timeoutSeconds")
+        gen = watch.stream(
+            objects.cache,
+            w,
+            _truthy(q.get("allowWatchBookmarks")),
+            float(timeout) if timeout else None,
+            kind,
+        )
+        return Stream(
+            gen,
+            media_type="application/json",
+            headers={"Cache-Control": "no-cache", "Transfer-Encoding": "chunked"},
+        )
+    items, revision, cont, remaining = await objects.list(
+        kind,
+        namespace,
+        label_selector=q.get("labelSelector"),
+        field_selector=q.get("fieldSelector"),
+        limit=_int_param(request, "limit"),
+        cont=q.get("continue"),
+        resource_version=q.get("resourceVersion"),
+    )
+    return raw_response(list_body(kind, items, revision, cont, remaining))
+
+
+def _delete_options(request: Request[Any, Any, Any], body: bytes) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if body.strip():
+        parsed = decode_body(body)
+        if not isinstance(parsed, dict):
+            raise errors.BadRequest("DeleteOptions must be a JSON object")
+        options.update(parsed)
+    q = request.query_params
+    if q.get("propagationPolicy"):
+        options["propagationPolicy"] = q["propagationPolicy"]
+    grace = _int_param(request, "gracePeriodSeconds")
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    return options
+
+
+def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
+    """All route handlers of one kind."""
+    tag = [kind.kind]
+    op = kind.kind
+    if kind.namespaced:
+        coll = f"{PREFIX}/namespaces/{{namespace:str}}/{kind.plural}"
+    else:
+        coll = f"{PREFIX}/{kind.plural}"
+    item = coll + "/{name:str}"
+    handlers: list[HTTPRouteHandler] = []
+
+    def ns_of(request: Request[Any, Any, Any]) -> str:
+        return str(request.path_params.get("namespace", "")) if kind.namespaced else ""
+
+    @get(coll, operation_id=f"list{op}", tags=tag, summary=f"List or watch {kind.plural}")
+    async def list_(request: Request[Any, Any, Any]) -> Response[Any]:
+        async def run(user: User) -> Response[Any]:
+            return await _list_or_watch(
+                request, kind, ns_of(request) if kind.namespaced else None, user
+            )
+
+        return await guarded(request, run, count=not _truthy(request.query_params.get("watch")))
+
+    @post(
+        coll, operation_id=f"create{op}", tags=tag, summary=f"Create a {kind.kind}", status_code=201
+    )
+    async def create(request: Request[Any, Any, Any]) -> Response[Any]:
+        async def run(user: User) -> Response[Any]:
+            c = await _objects(request).create(kind, ns_of(request), await request.body(), user)
+            return raw_response(c.raw, 201)
+
+        return await guarded(request, run)
+
+    @get(item, operation_id=f"read{op}", tags=tag, summary=f"Read a {kind.kind}")
+    async def read(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+        async def run(user: User) -> Response[Any]:
+            return raw_response(_objects(request).get(kind, ns_of(request), name).raw)
+
+        return await guarded(request, run)
+
+    def writer(status: bool, path: str, suffix: str) -> list[HTTPRouteHandler]:
+        @put(
+            path,
+            operation_id=f"replace{op}{suffix}",
+            tags=tag,
+            summary=f"Replace a {kind.kind}{' status' if status else ''}",
+        )
+        async def replace(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+            async def run(user: User) -> Response[Any]:
+                c = await _objects(request).replace(
+                    kind, ns_of(request), name, await request.body(), user, status
+                )
+                return raw_response(c.raw)
+
+            return await guarded(request, run)
+
+        @patch(
+            path,
+            operation_id=f"patch{op}{suffix}",
+            tags=tag,
+            summary=f"Patch a {kind.kind}{' status' if status else ''} (merge or JSON patch)",
+        )
+        async def patch_(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+            async def run(user: User) -> Response[Any]:
+                c = await _objects(request).patch(
+                    kind,
+                    ns_of(request),
+                    name,
+                    await request.body(),
+                    request.headers.get("content-type", ""),
+                    user,
+                    status,
+                )
+                return raw_response(c.raw)
+
+            return await guarded(request, run)
+
+        return [replace, patch_]
+
+    @delete(
+        item, operation_id=f"delete{op}", tags=tag, summary=f"Delete a {kind.kind}", status_code=200
+    )
+    async def remove(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+        async def run(user: User) -> Response[Any]:
+            options = _delete_options(request, await request.body())
+            c, uid = await _objects(request).delete(kind, ns_of(request), name, options, user)
+            if c is None:
+                return json_response(success_status(kind, name, uid))
+            return raw_response(c.raw)
+
+        return await guarded(request, run)
+
+    handlers += [list_, create, read, remove, *writer(False, item, "")]
+    if kind.has_status:
+
+        @get(
+            item + "/status",
+            operation_id=f"read{op}Status",
+            tags=tag,
+            summary=f"Read a {kind.kind}'s status",
+        )
+        async def read_status(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+            async def run(user: User) -> Response[Any]:
+                return raw_response(_objects(request).get(kind, ns_of(request), name).raw)
+
+            return await guarded(request, run)
+
+        handlers += [read_status, *writer(True, item + "/status", "Status")]
+    if kind.namespaced:
+
+        @get(
+            f"{PREFIX}/{kind.plural}",
+            operation_id=f"list{op}ForAllNamespaces",
+            tags=tag,
+            summary=f"List or watch {kind.plural} in all namespaces",
+        )
+        async def list_all(request: Request[Any, Any, Any]) -> Response[Any]:
+            async def run(user: User) -> Response[Any]:
+                return await _list_or_watch(request, kind, None, user)
+
+            return await guarded(request, run, count=not _truthy(request.query_params.get("watch")))
+
+        handlers.append(list_all)
+    return handlers
+
+
+def all_handlers() -> list[HTTPRouteHandler]:
+    return [h for k in KINDS for h in kind_handlers(k)]

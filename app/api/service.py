@@ -1,0 +1,396 @@
+"""What the API does with objects: decode, admit, write conditionally, and answer from the
+watch cache.
+
+Client-facing ``resourceVersion`` values are stream revisions; the store's conditions are row
+versions. This module is the one place that maps between them, using the cache: a client's
+version is current only if it equals the cached object's revision, in which case the cached row
+version is the condition sent to the database (which still has the last word).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from app.core import errors
+from app.core.admission import admit
+from app.core.fields import parse_field_selector
+from app.core.kinds import API_VERSION, BY_KIND, Kind
+from app.core.labels import parse_selector
+from app.core.patch import json_patch, merge_patch
+from app.store.store import Store
+from app.store.tokens import User
+from app.stream.cache import Cached, Matcher, WatchCache
+
+MAX_BODY = 3 * 1024 * 1024
+_dec = msgspec.json.Decoder()
+_enc = msgspec.json.Encoder()
+RESET_STATUS_ON_CREATE = {
+    "Pod",
+    "Deployment",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+    "Service",
+    "PodDisruptionBudget",
+    "ResourceQuota",
+}
+MERGE = "application/merge-patch+json"
+JSONPATCH = "application/json-patch+json"
+
+
+def decode_body(body: bytes) -> Any:
+    if len(body) > MAX_BODY:
+        raise errors.RequestEntityTooLarge(
+            f"the request body is {len(body)} bytes; the limit is {MAX_BODY}"
+        )
+    if not body.strip():
+        raise errors.BadRequest("the request body is empty")
+    try:
+        return _dec.decode(body)
+    except msgspec.DecodeError as exc:
+        raise errors.BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    obj = decode_body(body)
+    if not isinstance(obj, dict):
+        raise errors.BadRequest("the request body must be a JSON object")
+    if not isinstance(obj.get("metadata", {}), dict):
+        raise errors.invalid(
+            str(obj.get("kind", "")),
+            None,
+            [errors.Cause("metadata", "FieldValueInvalid", "must be an object")],
+        )
+    return obj
+
+
+def _parse_rv(value: Any) -> int:
+    try:
+        rv = int(str(value))
+    except ValueError as exc:
+        raise errors.BadRequest(f"invalid resourceVersion {value!r}: must be an integer") from exc
+    if rv < 0:
+        raise errors.BadRequest(f"invalid resourceVersion {value!r}")
+    return rv
+
+
+@dataclass
+class Objects:
+    store: Store
+    cache: WatchCache
+
+    # -- reads -----------------------------------------------------------------------
+    def get(self, kind: Kind, namespace: str, name: str) -> Cached:
+        c = self.cache.get(kind, namespace, name)
+        if c is None:
+            raise errors.NotFound(f'{kind.plural} "{name}" not found', kind=kind.plural, name=name)
+        return c
+
+    def matchers(
+        self, kind: Kind, label_selector: str | None, field_selector: str | None
+    ) -> tuple[Matcher | None, Matcher | None]:
+        labels = parse_selector(label_selector) if label_selector else None
+        allowed = ["metadata.name", "metadata.namespace", *kind.field_columns]
+        fields = parse_field_selector(field_selector, allowed) if field_selector else None
+        return (
+            labels.matches if labels else None,
+            (lambda f: fields.matches(f.get)) if fields else None,
+        )
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int | None,
+        cont: str | None,
+        resource_version: str | None,
+    ) -> tuple[list[bytes], int, str | None, int | None]:
+        if resource_version not in (None, "", "0"):
+            await self.cache.wait_revision(_parse_rv(resource_version))
+        labels, fields = self.matchers(kind, label_selector, field_selector)
+        after, revision = (None, self.cache.revision)
+        if cont:
+            after, revision = _decode_continue(cont)
+        items: list[bytes] = []
+        last: Cached | None = None
+        more = False
+        for c in self.cache.iter(kind, namespace, after):
+            if (labels and not labels(c.labels)) or (fields and not fields(c.fields)):
+                continue
+            if limit and len(items) >= limit:
+                more = True
+                break
+            items.append(c.raw)
+            last = c
+        token = _encode_continue((last.namespace, last.name), revision) if more and last else None
+        return items, revision, token, None
+
+    # -- writes ----------------------------------------------------------------------
+    async def create(self, kind: Kind, namespace: str, body: bytes, user: User) -> Cached:
+        obj = _object(body)
+        meta = obj.setdefault("metadata", {})
+        if kind.namespaced:
+            given = meta.get("namespace")
+            if given not in (None, "", namespace):
+                raise errors.BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on "
+                    f"the request ({given!r} != {namespace!r})"
+                )
+            meta["namespace"] = namespace
+            self._namespace_open(namespace)
+        else:
+            meta.pop("namespace", None)
+        for key in (
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ):
+            meta.pop(key, None)
+        if kind.kind in RESET_STATUS_ON_CREATE:
+            obj["status"] = {"phase": "Pending"} if kind.kind == "Pod" else {}
+        self._resolve_priority(kind, obj)
+        admitted = admit(kind, obj, None)
+        stored = await self.store.create(kind, admitted, actor=user.name)
+        return await self.cache.wait_for(stored.uid, stored.row_version)
+
+    async def replace(
+        self, kind: Kind, namespace: str, name: str, body: bytes, user: User, status: bool = False
+    ) -> Cached:
+        obj = _object(body)
+        meta = obj.setdefault("metadata", {})
+        if meta.get("name") not in (None, name):
+            raise errors.BadRequest(
+                f"the name of the object ({meta.get('name')!r}) does not match the name on the "
+                f"URL ({name!r})"
+            )
+        meta["name"] = name
+        if kind.namespaced:
+            meta["namespace"] = namespace
+        if meta.get("resourceVersion") in (None, ""):
+            raise errors.invalid(
+                kind.kind,
+                name,
+                [
+                    errors.Cause(
+                        "metadata.resourceVersion",
+                        "FieldValueRequired",
+                        "must be specified for an update",
+                    )
+                ],
+            )
+        current = await self._current(kind, namespace, name, _parse_rv(meta["resourceVersion"]))
+        return await self._write(kind, obj, current, user, status, "update")
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        body: bytes,
+        content_type: str,
+        user: User,
+        status: bool = False,
+    ) -> Cached:
+        ops = decode_body(body)
+        media = content_type.split(";")[0].strip().lower()
+        if media not in (MERGE, JSONPATCH):
+            raise errors.UnsupportedMediaType(
+                f"the patch content type {media!r} is not supported; use {MERGE} or {JSONPATCH}"
+            )
+        for attempt in range(6):
+            current = self.get(kind, namespace, name)
+            base = current.obj()
+            patched = merge_patch(base, ops) if media == MERGE else json_patch(base, ops)
+            if not isinstance(patched, dict):
+                raise errors.BadRequest("the patched object is not a JSON object")
+            meta = patched.setdefault("metadata", {})
+            wanted = meta.get("resourceVersion")
+            if wanted not in (None, "") and str(wanted) != str(current.revision):
+                await self._current(kind, namespace, name, _parse_rv(wanted))
+            meta["resourceVersion"] = str(current.revision)
+            meta["name"], meta["uid"] = name, current.uid
+            if kind.namespaced:
+                meta["namespace"] = namespace
+            try:
+                return await self._write(kind, patched, current, user, status, "patch")
+            except errors.Conflict:
+                if wanted not in (None, "") or attempt == 5:
+                    raise
+                await asyncio.sleep(0.005 * (attempt + 1))  # let the cache see the newer write
+        raise AssertionError("unreachable")
+
+    async def _write(
+        self, kind: Kind, obj: dict[str, Any], current: Cached, user: User, status: bool, verb: str
+    ) -> Cached:
+        old = current.obj()
+        if status:
+            merged = dict(old)
+            merged["status"] = obj.get("status") or {}
+            if merged["status"] == old.get("status"):
+                return current  # nothing to write: same resourceVersion, as Kubernetes does
+            stored = await self.store.update_status(
+                kind, merged, current.row_version, actor=user.name, verb=verb
+            )
+        else:
+            if kind.has_status:
+                obj["status"] = old.get("status", {})
+            else:
+                obj.pop("status", None)
+            self._resolve_priority(kind, obj, old)
+            admitted = admit(kind, obj, old)
+            if _same_desired(kind, admitted, old):
+                return current
+            stored = await self.store.update(
+                kind, admitted, current.row_version, actor=user.name, verb=verb
+            )
+        return await self.cache.wait_for(stored.uid, stored.row_version)
+
+    async def delete(
+        self, kind: Kind, namespace: str, name: str, options: dict[str, Any], user: User
+    ) -> tuple[Cached | None, str]:
+        current = self.get(kind, namespace, name)
+        pre = options.get("preconditions") or {}
+        expected = None
+        if pre.get("resourceVersion") not in (None, ""):
+            expected = (
+                await self._current(kind, namespace, name, _parse_rv(pre["resourceVersion"]))
+            ).row_version
+        propagation = options.get("propagationPolicy") or (
+            "Orphan" if options.get("orphanDependents") is True else "Background"
+        )
+        grace = options.get("gracePeriodSeconds")
+        if grace is not None and (not isinstance(grace, int) or grace < 0):
+            raise errors.invalid(
+                "DeleteOptions",
+                None,
+                [
+                    errors.Cause(
+                        "gracePeriodSeconds", "FieldValueInvalid", "must be a non-negative integer"
+                    )
+                ],
+            )
+        stored = await self.store.delete(
+            kind,
+            namespace,
+            name,
+            propagation=propagation,
+            grace_seconds=grace,
+            expected=expected,
+            expected_uid=pre.get("uid"),
+            actor=user.name,
+        )
+        if stored is None:
+            await self.cache.wait_deleted(current.uid)
+            return None, current.uid
+        return await self.cache.wait_for(stored.uid, stored.row_version), current.uid
+
+    # -- helpers ---------------------------------------------------------------------
+    async def _current(self, kind: Kind, namespace: str, name: str, rv: int) -> Cached:
+        """The cached object if ``rv`` is its current revision; otherwise Conflict."""
+        if rv > self.cache.revision:
+            await self.cache.wait_revision(rv)
+        current = self.get(kind, namespace, name)
+        if current.revision != rv:
+            raise errors.Conflict(
+                f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                kind=kind.plural,
+                name=name,
+            )
+        return current
+
+    def _namespace_open(self, namespace: str) -> None:
+        ns = self.cache.get(BY_KIND["Namespace"], "", namespace)
+        if ns is None:
+            raise errors.NotFound(
+                f'namespaces "{namespace}" not found', kind="namespaces", name=namespace
+            )
+        if b'"deletionTimestamp"' in ns.raw:
+            raise errors.Forbidden(
+                f"unable to create new content in namespace {namespace} because it is being "
+                "terminated",
+                kind="namespaces",
+                name=namespace,
+            )
+
+    def _resolve_priority(
+        self, kind: Kind, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        """Set a pod's (or pod template's) numeric priority from its PriorityClass."""
+        specs = []
+        if kind.kind == "Pod":
+            specs.append(("spec", obj.get("spec")))
+        elif kind.kind in ("Deployment", "ReplicaSet", "Job"):
+            tmpl = (
+                (obj.get("spec") or {}).get("template")
+                if isinstance(obj.get("spec"), dict)
+                else None
+            )
+            if isinstance(tmpl, dict):
+                specs.append(("spec.template.spec", tmpl.get("spec")))
+        for path, spec in specs:
+            if not isinstance(spec, dict):
+                continue
+            if old is not None and kind.kind == "Pod":
+                spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
+                continue
+            name = spec.get("priorityClassName")
+            pcs = BY_KIND["PriorityClass"]
+            if name:
+                pc = self.cache.get(pcs, "", str(name))
+                if pc is None:
+                    raise errors.invalid(
+                        kind.kind,
+                        (obj.get("metadata") or {}).get("name"),
+                        [
+                            errors.Cause(
+                                f"{path}.priorityClassName",
+                                "FieldValueNotFound",
+                                f"no PriorityClass with name {name} was found",
+                            )
+                        ],
+                    )
+                spec["priority"] = pc.obj().get("value", 0)
+            elif "priority" not in spec:
+                default = next(
+                    (c for c in self.cache.iter(pcs, None) if c.obj().get("globalDefault") is True),
+                    None,
+                )
+                spec["priority"] = default.obj().get("value", 0) if default else 0
+                if default is not None:
+                    spec["priorityClassName"] = default.name
+
+
+def _same_desired(kind: Kind, new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether an update would change nothing the store keeps (so it can be skipped)."""
+    keys = ("labels", "annotations", "ownerReferences", "finalizers")
+    nm, om = new.get("metadata") or {}, old.get("metadata") or {}
+    if any((nm.get(k) or None) != (om.get(k) or None) for k in keys):
+        return False
+    return all(new.get(f) == old.get(f) for f in kind.spec_fields)
+
+
+def _encode_continue(after: tuple[str, str], revision: int) -> str:
+    raw = _enc.encode({"ns": after[0], "name": after[1], "rv": revision})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[tuple[str, str], int]:
+    try:
+        data = _dec.decode(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return (str(data["ns"]), str(data["name"])), int(data["rv"])
+    except Exception as exc:
+        raise errors.BadRequest("invalid continue token") from exc
+
+
+__all__ = ["API_VERSION", "JSONPATCH", "MERGE", "Objects", "decode_body"]

@@ -1,0 +1,285 @@
+"""``make up``: the whole control plane on one machine, with one command.
+
+Starts PostgreSQL and Redis from wheels (unless ``DATABASE_URL`` /
+``QM_BROKER_URL`` point at servers already running), applies the migrations,
+sets up the bootstrap token, starts the control-plane processes, writes the CLI
+config so ``qm`` works straight away, and on Ctrl-C stops everything in reverse
+order. State lives in ``.qm/`` at the repository root.
+
+The processes are listed in :data:`COMPONENTS`. An entry whose module does not
+exist yet is skipped, so a new component joins the dev stack by adding one line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import yaml
+
+from app.devstack.postgres import EmbeddedPostgres
+from app.devstack.redis import EmbeddedRedis
+from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http_ok
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE_DIR = ROOT / ".qm"
+DEFAULT_API_PORT = 8080
+
+
+@dataclass(frozen=True)
+class Component:
+    """One long-running process of the control plane.
+
+    ``argv`` may use the placeholders ``{python}``, ``{api_port}``, ``{api_url}``
+    and ``{state}``. The component is started only if module ``requires``
+    exists; when ``argv`` runs that module with ``-m``, it must be runnable
+    (a package needs a ``__main__``). ``health`` is a path on the API that must
+    answer 200 before the next component starts.
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    requires: str
+    health: str | None = None
+    required: bool = False
+
+
+COMPONENTS: tuple[Component, ...] = (
+    Component(
+        "api",
+        ("{python}", "-m", "app.api", "--host", LOOPBACK, "--port", "{api_port}"),
+        requires="app.api",
+        health="/healthz",
+        required=True,
+    ),
+    Component("scheduler", ("{python}", "-m", "app.scheduler"), requires="app.scheduler"),
+    Component(
+        "worker",
+        ("{python}", "-m", "celery", "-A", "workers.app", "worker", "--loglevel=INFO"),
+        requires="workers.app",
+    ),
+    Component(
+        "beat",
+        (
+            "{python}",
+            "-m",
+            "celery",
+            "-A",
+            "workers.app",
+            "beat",
+            "--loglevel=INFO",
+            "--schedule",
+            "{state}/celerybeat-schedule",
+        ),
+        requires="workers.app",
+    ),
+    Component("agent", ("{python}", "-m", "agent"), requires="agent"),
+)
+
+
+def launchable(component: Component) -> bool:
+    """Tell whether the module a component needs exists (and is runnable, for ``-m``)."""
+    try:
+        spec = importlib.util.find_spec(component.requires)
+        if spec is None:
+            return False
+        runs_with_m = component.requires in component.argv
+        if runs_with_m and spec.submodule_search_locations is not None:
+            return importlib.util.find_spec(f"{component.requires}.__main__") is not None
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def bootstrap_token(state_dir: Path) -> tuple[str, str]:
+    """Return the bootstrap token and where it is kept.
+
+    ``$QM_BOOTSTRAP_TOKEN`` wins; otherwise ``.qm/bootstrap-token`` is read, or
+    created with a new random token (mode 0600).
+    """
+    from_env = os.environ.get("QM_BOOTSTRAP_TOKEN")
+    if from_env:
+        return from_env, "$QM_BOOTSTRAP_TOKEN"
+    path = state_dir / "bootstrap-token"
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token, str(path)
+    token = secrets.token_urlsafe(32)
+    _write_private(path, token + "\n")
+    return token, str(path)
+
+
+def cli_config_path() -> Path:
+    """``$QM_CONFIG``, else ``~/.config/quaymaster/config.yaml``."""
+    configured = os.environ.get("QM_CONFIG")
+    return (
+        Path(configured) if configured else Path.home() / ".config" / "quaymaster" / "config.yaml"
+    )
+
+
+def write_cli_config(server: str, token: str) -> Path:
+    """Point the CLI at this server (keeping any other keys already in the file)."""
+    path = cli_config_path()
+    config: dict[str, object] = {}
+    if path.exists():
+        loaded = yaml.safe_load(path.read_text())
+        if isinstance(loaded, dict):
+            config = loaded
+    config.update(server=server, token=token)
+    _write_private(path, yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    path.chmod(0o600)
+
+
+def say(message: str) -> None:
+    print(f"[up] {message}", flush=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+class Stack:
+    """The servers and processes of one ``make up`` run, and their teardown."""
+
+    def __init__(self) -> None:
+        self.postgres: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+        self.children = Supervisor()
+
+    def run(self) -> int:
+        STATE_DIR.mkdir(exist_ok=True)
+        api_port = int(os.environ.get("QM_API_PORT", DEFAULT_API_PORT))
+        if not port_is_free(api_port):
+            say(f"port {api_port} is already in use; set QM_API_PORT to another port")
+            return 1
+        api_url = f"http://{LOOPBACK}:{api_port}"
+
+        database_url = os.environ.get("DATABASE_URL")
+        if not database_url:
+            say(f"starting PostgreSQL in {STATE_DIR / 'postgres'}")
+            self.postgres = EmbeddedPostgres(STATE_DIR / "postgres")
+            database_url = self.postgres.start()
+        broker_url = os.environ.get("QM_BROKER_URL")
+        if not broker_url:
+            say(f"starting Redis in {STATE_DIR / 'redis'}")
+            self.redis = EmbeddedRedis(STATE_DIR / "redis")
+            broker_url = self.redis.start()
+        token, token_location = bootstrap_token(STATE_DIR)
+
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=database_url,
+            QM_BROKER_URL=broker_url,
+            QM_BOOTSTRAP_TOKEN=token,
+            QM_API_PORT=str(api_port),
+            QM_API_URL=api_url,
+            PYTHONUNBUFFERED="1",
+        )
+        env.setdefault("QM_STREAM_DATABASE_URL", database_url)
+
+        say("applying migrations (alembic upgrade head)")
+        migrate = subprocess.run(
+            [sys.executable, "-m", "alembic", "upgrade", "head"], env=env, cwd=ROOT, check=False
+        )
+        if migrate.returncode != 0:
+            say(f"migrations failed (exit code {migrate.returncode})")
+            return 1
+
+        started: list[str] = []
+        skipped: list[str] = []
+        values = {
+            "python": sys.executable,
+            "api_port": str(api_port),
+            "api_url": api_url,
+            "state": str(STATE_DIR),
+        }
+        for component in COMPONENTS:
+            if not launchable(component):
+                if component.required:
+                    say(f"{component.name}: module {component.requires} is missing")
+                    return 1
+                skipped.append(component.name)
+                continue
+            argv = [part.format(**values) for part in component.argv]
+            say(f"starting {component.name}: {' '.join(argv)}")
+            proc = self.children.start(component.name, argv, env, ROOT)
+            if component.health:
+                try:
+                    wait_http_ok(api_url + component.health, timeout=60.0, proc=proc)
+                except (RuntimeError, TimeoutError) as exc:
+                    say(f"{component.name} did not become healthy: {exc}")
+                    return 1
+            started.append(component.name)
+
+        config_path = write_cli_config(api_url, token)
+        print(
+            "\nQuaymaster is up.\n"
+            f"  API:         {api_url}\n"
+            f"  API docs:    {api_url}/schema\n"
+            f"  Database:    {database_url}\n"
+            f"  Broker:      {broker_url}\n"
+            f"  CLI config:  {config_path}\n"
+            f"  Token:       {token_location}\n"
+            f"  Running:     {', '.join(started)}"
+            + (f"  (not present yet: {', '.join(skipped)})" if skipped else "")
+            + "\n\nCtrl-C to stop.",
+            flush=True,
+        )
+
+        while True:
+            exited = self.children.exited()
+            if exited is not None:
+                name, code = exited
+                say(f"{name} exited unexpectedly with code {code}; stopping everything")
+                return 1
+            time.sleep(0.5)
+
+    def shutdown(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.children.children:
+            say("stopping " + ", ".join(name for name, _ in reversed(self.children.children)))
+        self.children.stop_all()
+        if self.redis is not None:
+            say("stopping Redis")
+            self.redis.stop()
+        if self.postgres is not None:
+            say("stopping PostgreSQL")
+            self.postgres.stop()
+
+
+def main() -> int:
+    # Set both explicitly: a shell may have started us with SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = Stack()
+    try:
+        return stack.run()
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as exc:  # a server that would not start; its log is in the message
+        say(str(exc))
+        return 1
+    finally:
+        stack.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Controllers run as Celery workers (the controller runtime lands here)."""
