@@ -16,7 +16,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 
 from app import __version__
 from app.api.auth import Authenticator
-from app.api.background import RevisionerThread, housekeeping
+from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
@@ -26,7 +26,6 @@ from app.store.db import create_pool, database_url, stream_database_url
 from app.store.store import Store
 from app.store.tokens import ensure_token
 from app.stream.cache import WatchCache
-from app.stream.revisioner import Revisioner
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +37,14 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     if token:
         await ensure_token(pool, token)
     cache = WatchCache(window=int(os.environ.get("QM_WATCH_WINDOW", "200000")))
-    loop = asyncio.get_running_loop()
-    revisioner = Revisioner(
-        stream_database_url(),
-        on_commit=lambda entries: _call_soon(loop, cache.apply, entries),
-        retain_s=float(os.environ.get("QM_HISTORY_SECONDS", "300")),
-    )
-    rthread = RevisionerThread(revisioner)
-    rthread.start()
+    revisioner = RevisionerProcess()
+    revisioner.start()
     await cache.start(stream_database_url())
     store = Store(pool)
     app.state.objects = Objects(store, cache)
     app.state.auth = Authenticator(pool)
     app.state.revisioner = revisioner
-    keeper = asyncio.create_task(housekeeping(store, revisioner))
+    keeper = asyncio.create_task(housekeeping(store, stream_database_url()))
     try:
         yield
     finally:
@@ -59,12 +52,8 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
         await cache.stop()
-        await asyncio.get_running_loop().run_in_executor(None, rthread.close)
+        await asyncio.get_running_loop().run_in_executor(None, revisioner.close)
         await pool.close()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, arg: Any) -> None:
-    loop.call_soon_threadsafe(fn, arg)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

@@ -1,8 +1,9 @@
-"""Loops an API server runs beside request handling.
+"""What an API server runs beside request handling.
 
-The revisioner thread (one API server at a time holds its lock), the deletion sweeper that
-finishes foreground deletions and emptied finalizers, and the slot janitor that drops replication
-slots left behind by consumers that went away, so WAL cannot pile up behind them.
+A revisioner child process (every API server starts one; one at a time holds the lock, the
+others are hot standbys), and the leader-only housekeeping: the deletion sweeper that finishes
+foreground deletions and emptied finalizers, and the slot janitor that drops replication slots
+left behind by consumers that went away, so WAL cannot pile up behind them.
 """
 
 from __future__ import annotations
@@ -10,30 +11,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
+import os
+import subprocess
+import sys
 
 import asyncpg
 
 from app.store.store import Store
-from app.stream.revisioner import Revisioner
+from app.stream.revisioner import slot_name
 
 log = logging.getLogger(__name__)
 
 
-class RevisionerThread:
-    def __init__(self, revisioner: Revisioner) -> None:
-        self.revisioner = revisioner
-        self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=revisioner.run, args=(self.stop,), daemon=True, name="revisioner"
-        )
+class RevisionerProcess:
+    """``python -m app.stream`` as a child of this server, stopped with it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.thread.start()
+        if os.environ.get("QM_REVISIONER", "embedded") == "external":
+            return
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.stream"], env=os.environ.copy())
+
+    def alive(self) -> bool:
+        return self.proc is None or self.proc.poll() is None
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 async def drop_abandoned_slots(pool: asyncpg.Pool, keep: str) -> list[str]:
@@ -53,17 +65,24 @@ async def drop_abandoned_slots(pool: asyncpg.Pool, keep: str) -> list[str]:
     return dropped
 
 
-async def housekeeping(store: Store, revisioner: Revisioner, every_s: float = 2.0) -> None:
-    """Run the leader-only housekeeping; followers idle."""
+HOUSEKEEPING_LOCK = 0x716D_686B_7000  # "qmhk"
+
+
+async def housekeeping(store: Store, dsn: str, every_s: float = 2.0) -> None:
+    """Run the leader-only housekeeping (leader: whoever holds the session lock); others idle."""
     ticks = 0
+    conn: asyncpg.Connection | None = None
     while True:
         await asyncio.sleep(every_s)
-        if not revisioner.is_leader.is_set():
-            continue
         try:
+            if conn is None or conn.is_closed():
+                conn = await asyncpg.connect(dsn, statement_cache_size=0)
+            if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", HOUSEKEEPING_LOCK):
+                continue
             await store.sweep_deletions()
             if ticks % 30 == 0:
-                await drop_abandoned_slots(store.pool, revisioner.slot or "")
-        except (OSError, asyncpg.PostgresError):
+                name = slot_name(await conn.fetchval("SELECT current_database()"))
+                await drop_abandoned_slots(store.pool, name)
+            ticks += 1
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             log.exception("housekeeping failed; will retry")
-        ticks += 1

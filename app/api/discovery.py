@@ -129,8 +129,8 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
         f"qm_watch_cache_window_floor {cache.window_floor}",
         "# TYPE qm_watch_cache_watchers gauge",
         f"qm_watch_cache_watchers {len(cache.watchers)}",
-        "# TYPE qm_revisioner_leader gauge",
-        f"qm_revisioner_leader {int(state.revisioner.is_leader.is_set())}",
+        "# TYPE qm_revisioner_child_alive gauge",
+        f"qm_revisioner_child_alive {int(state.revisioner.alive())}",
         "# TYPE qm_watch_cache_objects gauge",
     ]
     for k in KINDS:

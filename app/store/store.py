@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
 from app.core.kinds import KINDS, Kind
-from app.core.names import generate_name
+from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
 from app.store import sql
 
@@ -83,7 +83,9 @@ class Store:
         cols = split(kind, obj)
         prefix = cols["generate_name"]
         for _ in range(8 if prefix and not cols["name"] else 1):
-            name = cols["name"] or generate_name(prefix or "", self.rng)
+            name = cols["name"] or generate_name(
+                prefix or "", self.rng, max_length=max_name_length(kind.kind)
+            )
             rec = await self.pool.fetchrow(
                 sql.insert(kind),
                 uuid.UUID(int=self.rng.getrandbits(128), version=4),
@@ -297,9 +299,7 @@ class Store:
         )
         await self._audit(conn, actor, "delete", cur, None)
 
-    async def _finish_foreground(
-        self, conn: Conn, cur: Stored, actor: str | None
-    ) -> Stored | None:
+    async def _finish_foreground(self, conn: Conn, cur: Stored, actor: str | None) -> Stored | None:
         rest = [f for f in cur.row["finalizers"] if f != FOREGROUND]
         if rest:
             rec = await conn.fetchrow(

@@ -110,15 +110,18 @@ class Watcher:
                 self.queue.put_nowait(None)
 
 
-def make_cached(kind: Kind, entry_obj: dict[str, Any], revision: int, row_version: int) -> Cached:
-    meta = entry_obj.setdefault("metadata", {})
-    meta["resourceVersion"] = str(revision)
+def make_cached(kind: Kind, raw: str | bytes, revision: int, row_version: int) -> Cached:
+    """Index one object version: its JSON text (already carrying its resourceVersion) is kept as
+    bytes, and only labels and selectable fields are pulled out of it."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    obj = _dec.decode(data)
+    meta = obj.get("metadata") or {}
     fields = {
         "metadata.name": meta.get("name", ""),
         "metadata.namespace": meta.get("namespace", ""),
     }
     for path in kind.field_columns:
-        value = get_path(entry_obj, path)
+        value = get_path(obj, path)
         if value is not None:
             fields[path] = str(value).lower() if isinstance(value, bool) else str(value)
     return Cached(
@@ -128,7 +131,7 @@ def make_cached(kind: Kind, entry_obj: dict[str, Any], revision: int, row_versio
         meta.get("name", ""),
         revision,
         row_version,
-        _enc.encode(entry_obj),
+        data,
         meta.get("labels") or {},
         fields,
     )
@@ -180,7 +183,7 @@ class WatchCache:
                 if r["op"] == "D":
                     continue
                 kind = BY_KIND[r["kind"]]
-                self._put(make_cached(kind, _dec.decode(r["o"]), r["revision"], r["row_version"]))
+                self._put(make_cached(kind, r["o"], r["revision"], r["row_version"]))
             history: list[LogEntry] = []
             async for r in conn.cursor(
                 "SELECT revision, kind, uid::text, namespace, name, row_version, op::text,"
@@ -199,7 +202,7 @@ class WatchCache:
         """Recreate the recent events (with their previous versions) from retained history."""
         versions: dict[str, Cached] = {}
         for e in history:
-            new = make_cached(e.kind, e.obj, e.revision, e.row_version)
+            new = make_cached(e.kind, e.raw, e.revision, e.row_version)
             old = versions.get(e.uid)
             self.window.append(Event(e.revision, OPS[e.op], new, old))
             versions[e.uid] = new
@@ -240,7 +243,7 @@ class WatchCache:
             if e.revision != self.revision + 1:
                 self._wake.set()
                 break
-            new = make_cached(e.kind, e.obj, e.revision, e.row_version)
+            new = make_cached(e.kind, e.raw, e.revision, e.row_version)
             old = self.by_uid.get(e.uid)
             if e.op == "D":
                 self._drop(new)
@@ -389,5 +392,5 @@ def _entry(r: asyncpg.Record) -> LogEntry:
         r["name"],
         r["row_version"],
         r["op"],
-        _dec.decode(r["o"]),
+        r["o"],
     )

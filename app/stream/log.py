@@ -4,7 +4,6 @@ read them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from app.core.kinds import Kind
 
@@ -20,7 +19,7 @@ class LogEntry:
     name: str
     row_version: int
     op: str  # "A", "M" or "D"
-    obj: dict[str, Any]
+    raw: str  # the object as JSON text, resourceVersion included
     commit_lsn: int = 0
 
     @property

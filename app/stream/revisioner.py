@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -32,18 +33,38 @@ import psycopg2
 import psycopg2.extras
 
 from app.core.kinds import BY_KIND, BY_TABLE, Kind
-from app.core.objects import render, split
+from app.core.objects import render
 from app.stream.log import LogEntry
 from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, format_lsn, parse_lsn
+from app.stream.render import columns_from_object, render_json, with_revision
 
 log = logging.getLogger(__name__)
 
 SLOT_PREFIX = "qm_rev_"
 PUBLICATION = "qm_stream"
 LOCK_KEY = 0x716D_7265_7600  # "qmrev"
-JSON_COLUMNS = ("labels", "annotations", "owner_references", "finalizers", "spec", "status")
+TOASTABLE = ("labels", "annotations", "owner_references", "finalizers", "spec", "status")
 _dec = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class Previous:
+    """What the revisioner remembers of an object's last logged version."""
+
+    kind: Kind
+    namespace: str
+    name: str
+    row_version: int
+    raw: str
+    columns: dict[str, str]
+
+
+def _copy_text(value: str) -> str:
+    """Escape a value for COPY's text format."""
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
 
 
 class Revisioner:
@@ -66,8 +87,8 @@ class Revisioner:
         self.retain_s = retain_s
         self.slot: str | None = slot
         self.is_leader = threading.Event()
-        self._rows: OrderedDict[str, tuple[Kind, dict[str, Any]]] = OrderedDict()
-        self._rows_max = 100_000
+        self._rows: OrderedDict[str, Previous] = OrderedDict()
+        self._rows_max = 20_000
         self._seed_lsn = 0
         self.last_revision = 0
         self.last_lsn = 0
@@ -171,12 +192,10 @@ class Revisioner:
         rev = self.last_revision
         for tx in txs:
             for change in tx.changes:
-                entry = self._entry(change, tx.commit_lsn, missing, seeded)
-                if entry is None:
-                    continue
-                rev += 1
-                entry.revision = rev
-                entries.append(entry)
+                entry = self._entry(change, tx.commit_lsn, missing, seeded, rev + 1)
+                if entry is not None:
+                    rev += 1
+                    entries.append(entry)
         self._write(db, entries, rev, txs[-1].commit_lsn)
         if self.on_commit is not None and entries:
             self.on_commit(entries)
@@ -186,24 +205,17 @@ class Revisioner:
     ) -> None:
         with db.transaction():
             if entries:
+                lines = [
+                    f"{e.revision}\t{e.kind.kind}\t{e.uid}\t{_copy_text(e.namespace)}\t"
+                    f"{_copy_text(e.name)}\t{e.row_version}\t{e.op}\t{_copy_text(e.raw)}\t"
+                    f"{format_lsn(e.commit_lsn)}\n"
+                    for e in entries
+                ]
                 with db.cursor().copy(
                     "COPY qm_revision_log (revision, kind, uid, namespace, name, row_version, op,"
                     " object, commit_lsn) FROM STDIN"
                 ) as copy:
-                    for e in entries:
-                        copy.write_row(
-                            (
-                                e.revision,
-                                e.kind.kind,
-                                e.uid,
-                                e.namespace,
-                                e.name,
-                                e.row_version,
-                                e.op,
-                                _enc.encode(e.obj).decode(),
-                                format_lsn(e.commit_lsn),
-                            )
-                        )
+                    copy.write("".join(lines).encode())
             cur = db.execute(
                 "UPDATE qm_stream_state SET last_revision = %s, last_commit_lsn = %s::pg_lsn,"
                 " updated_at = now() WHERE id = 1 AND last_revision = %s",
@@ -218,8 +230,9 @@ class Revisioner:
         self,
         change: Change,
         lsn: int,
-        missing: dict[str, tuple[Kind, dict[str, Any]]],
+        missing: dict[str, Previous],
         seeded: dict[str, int],
+        revision: int,
     ) -> LogEntry | None:
         kind = BY_TABLE.get(change.table)
         if kind is None:
@@ -229,50 +242,59 @@ class Revisioner:
         if change.op == "D":
             self._rows.pop(uid, None)
             if prev is None:
-                return None  # never seen: nothing any watcher could know about
-            row = prev[1]
+                return None  # never logged: no watcher can know about it
             return LogEntry(
-                0,
+                revision,
                 kind,
                 uid,
-                row["namespace"],
-                row["name"],
-                int(row["row_version"]),
+                prev.namespace,
+                prev.name,
+                prev.row_version,
                 "D",
-                render(kind, row),
+                with_revision(prev.raw, revision),
                 lsn,
             )
-        row = self._parse(change.values, prev[1] if prev else None)
-        version = int(row["row_version"])
+        cols: dict[str, Any] = {}
+        for col, val in change.values.items():
+            cols[col] = (prev.columns.get(col) if prev else None) if val is UNCHANGED else val
+        version = int(cols["row_version"])
         if seeded.get(uid, -1) >= version:
             return None  # already in the log from the reseed
-        self._remember(uid, kind, row)
-        op = "A" if change.op == "I" else "M"
+        raw = render_json(kind, cols, revision)
+        namespace, name = cols["namespace"] or "", cols["name"]
+        self._remember(
+            uid,
+            Previous(
+                kind,
+                namespace,
+                name,
+                version,
+                raw,
+                {c: cols[c] for c in TOASTABLE if cols.get(c) is not None},
+            ),
+        )
         return LogEntry(
-            0, kind, uid, row["namespace"], row["name"], version, op, render(kind, row), lsn
+            revision,
+            kind,
+            uid,
+            namespace,
+            name,
+            version,
+            "A" if change.op == "I" else "M",
+            raw,
+            lsn,
         )
 
-    def _parse(self, values: dict[str, object], prev: dict[str, Any] | None) -> dict[str, Any]:
-        row: dict[str, Any] = {}
-        for col, val in values.items():
-            if val is UNCHANGED:
-                row[col] = prev.get(col) if prev else None
-            elif col in JSON_COLUMNS and isinstance(val, str):
-                row[col] = _dec.decode(val)
-            else:
-                row[col] = val
-        return row
-
-    def _remember(self, uid: str, kind: Kind, row: dict[str, Any]) -> None:
-        self._rows[uid] = (kind, row)
+    def _remember(self, uid: str, prev: Previous) -> None:
+        self._rows[uid] = prev
         self._rows.move_to_end(uid)
         if len(self._rows) > self._rows_max:
             self._rows.popitem(last=False)
 
     def _missing_rows(
         self, db: psycopg.Connection[Any], txs: Iterable[Transaction]
-    ) -> dict[str, tuple[Kind, dict[str, Any]]]:
-        """Previous row values the LRU lacks but a change needs (deletes, unchanged TOAST)."""
+    ) -> dict[str, Previous]:
+        """Previous versions the LRU lacks but a change needs (deletes, unchanged TOAST)."""
         need = {
             str(c.values["uid"])
             for tx in txs
@@ -282,18 +304,18 @@ class Revisioner:
         }
         if not need:
             return {}
-        found: dict[str, tuple[Kind, dict[str, Any]]] = {}
+        found: dict[str, Previous] = {}
         rows = db.execute(
-            "SELECT DISTINCT ON (uid) uid::text, kind, row_version, op::text, object::text"
-            " FROM qm_revision_log WHERE uid = ANY(%s::uuid[]) ORDER BY uid, revision DESC",
+            "SELECT DISTINCT ON (uid) uid::text, kind, namespace, name, row_version, op::text,"
+            " object::text FROM qm_revision_log WHERE uid = ANY(%s::uuid[])"
+            " ORDER BY uid, revision DESC",
             (list(need),),
         ).fetchall()
-        for uid, kind_name, version, op, text in rows:
-            if op == "D":
-                continue
-            kind = BY_KIND[kind_name]
-            obj = _dec.decode(text)
-            found[uid] = (kind, row_from_object(kind, obj, version))
+        for uid, kind_name, namespace, name, version, op, text in rows:
+            if op != "D":
+                kind = BY_KIND[kind_name]
+                cols = columns_from_object(kind, _dec.decode(text))
+                found[uid] = Previous(kind, namespace, name, int(version), text, cols)
         return found
 
     # -- reseeding and compaction --------------------------------------------------------
@@ -337,7 +359,7 @@ class Revisioner:
                         row["name"],
                         version,
                         op,
-                        render(kind, row),
+                        _raw(kind, row, rev),
                         parse_lsn(lsn_row[0]),
                     )
                 )
@@ -350,8 +372,7 @@ class Revisioner:
                     (uid,),
                 ).fetchone()
                 assert last is not None
-                obj = _dec.decode(last[0])
-                meta = obj["metadata"]
+                meta = _dec.decode(last[0])["metadata"]
                 rev += 1
                 entries.append(
                     LogEntry(
@@ -362,7 +383,7 @@ class Revisioner:
                         meta["name"],
                         version,
                         "D",
-                        obj,
+                        with_revision(last[0], rev),
                         parse_lsn(lsn_row[0]),
                     )
                 )
@@ -403,6 +424,12 @@ class Revisioner:
                 return total
 
 
+def _raw(kind: Kind, row: dict[str, Any], revision: int) -> str:
+    obj = render(kind, row)
+    obj["metadata"]["resourceVersion"] = str(revision)
+    return _enc.encode(obj).decode()
+
+
 def slot_name(database: str) -> str:
     """One slot per database (slots are cluster-wide objects; names allow [a-z0-9_])."""
     clean = re.sub(r"[^a-z0-9_]", "_", database.lower())
@@ -427,19 +454,3 @@ def _select_columns() -> tuple[str, ...]:
         "spec",
         "status",
     )
-
-
-def row_from_object(kind: Kind, obj: dict[str, Any], row_version: int) -> dict[str, Any]:
-    """Recover row column values from a rendered object (for the revisioner's lookups)."""
-    meta = obj.get("metadata") or {}
-    row = split(kind, obj)
-    row.update(
-        uid=meta.get("uid"),
-        namespace=meta.get("namespace", ""),
-        creation_timestamp=meta.get("creationTimestamp"),
-        deletion_timestamp=meta.get("deletionTimestamp"),
-        deletion_grace_period_seconds=meta.get("deletionGracePeriodSeconds"),
-        generation=meta.get("generation", 1),
-        row_version=row_version,
-    )
-    return row

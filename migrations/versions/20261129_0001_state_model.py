@@ -219,7 +219,7 @@ CREATE TABLE qm_revision_log (
   name text NOT NULL,
   row_version bigint NOT NULL,
   op "char" NOT NULL CHECK (op IN ('A', 'M', 'D')),
-  object jsonb NOT NULL,
+  object json NOT NULL,
   commit_lsn pg_lsn NOT NULL,
   committed_at timestamptz NOT NULL DEFAULT now()
 );

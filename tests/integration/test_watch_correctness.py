@@ -75,35 +75,35 @@ async def _collect(
     events: list[dict] = []
     headers = {"Authorization": f"Bearer {api_server.token}"}
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, timeout=timeout) as c:
-        async with c.stream(
-            "GET",
-            f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps",
-            params={"watch": "1", "resourceVersion": since, "allowWatchBookmarks": "true"},
-        ) as resp:
-            assert resp.status_code == 200, await resp.aread()
-            async for line in resp.aiter_lines():
-                if not line:
-                    continue
-                ev = json.loads(line)
-                assert ev["type"] != "ERROR", ev
-                if ev["type"] == "BOOKMARK":
-                    if (
-                        until_rev is not None
-                        and int(ev["object"]["metadata"]["resourceVersion"]) >= until_rev
-                    ):
-                        break
-                    continue
-                if stop_name is not None and ev["object"]["metadata"]["name"] == stop_name:
-                    break
-                events.append(ev)
-                rev = int(ev["object"]["metadata"]["resourceVersion"])
-                if (until_rev is not None and rev >= until_rev) or (
-                    want is not None and len(events) >= want
+    params = {"watch": "1", "resourceVersion": since, "allowWatchBookmarks": "true"}
+    path = f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps"
+    async with (
+        httpx.AsyncClient(base_url=api_server.url, headers=headers, timeout=timeout) as c,
+        c.stream("GET", path, params=params) as resp,
+    ):
+        assert resp.status_code == 200, await resp.aread()
+        async for line in resp.aiter_lines():
+            if not line:
+                continue
+            ev = json.loads(line)
+            assert ev["type"] != "ERROR", ev
+            if ev["type"] == "BOOKMARK":
+                if (
+                    until_rev is not None
+                    and int(ev["object"]["metadata"]["resourceVersion"]) >= until_rev
                 ):
                     break
-                if time.monotonic() > deadline:
-                    break
+                continue
+            if stop_name is not None and ev["object"]["metadata"]["name"] == stop_name:
+                break
+            events.append(ev)
+            rev = int(ev["object"]["metadata"]["resourceVersion"])
+            if (until_rev is not None and rev >= until_rev) or (
+                want is not None and len(events) >= want
+            ):
+                break
+            if time.monotonic() > deadline:
+                break
     return events
 
 

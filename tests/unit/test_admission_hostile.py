@@ -155,6 +155,18 @@ def test_values_json_cannot_represent(junk: Any, valid: Any) -> None:
     assert [c.field for c in info.value.causes] == ["metadata.annotations.a"]
 
 
+def test_huge_integers(valid: Any) -> None:
+    obj = valid("Deployment")
+    obj["spec"]["replicas"] = 10**5000
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": 2**65}}
+    with pytest.raises(Invalid) as info:
+        admit(BY_KIND["Deployment"], obj, None)
+    assert {c.field for c in info.value.causes} == {
+        "spec.replicas",
+        "spec.template.spec.containers[0].resources.limits.cpu",
+    }
+
+
 def test_non_string_keys(valid: Any) -> None:
     obj = valid("ConfigMap")
     obj["data"] = {1: "a", "ok": "b"}

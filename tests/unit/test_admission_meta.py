@@ -72,7 +72,8 @@ def test_top_level_spec_fields_are_allowed_for_flat_kinds(valid, accept) -> None
 
 
 def test_body_must_be_an_object() -> None:
-    for body in ([], "x", None, 5):
+    bodies: list[object] = [[], "x", None, 5]
+    for body in bodies:
         with pytest.raises(BadRequest):
             admit(BY_KIND["Pod"], body, None)
 

@@ -152,8 +152,12 @@ def test_format_quantity_never_loses_capacity(value: Fraction) -> None:
     st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti"]),
 )
 def test_suffix_scaling(number: int, suffix: str) -> None:
-    scale = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[suffix]  # fmt: skip
+    exponents = {"": 0, "m": -3, "k": 3, "M": 6, "G": 9}
+    powers = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4}
+    if suffix in powers:
+        scale = Fraction(1024 ** powers[suffix])
+    else:
+        scale = Fraction(10) ** exponents[suffix]
     assert parse_quantity(f"{number}{suffix}") == number * scale
 
 

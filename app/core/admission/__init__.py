@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from app.core.admission._util import NOT_SUPPORTED, Errs, Obj, check_object, idx, sub, type_name
+from app.core.admission._util import NOT_SUPPORTED, Errs, Obj, idx, sub, type_name
 from app.core.admission.config import check_configmap, check_secret
 from app.core.admission.meta import carry_identity, check_metadata, object_name
 from app.core.admission.misc import (
@@ -34,6 +34,7 @@ from app.core.admission.misc import (
 )
 from app.core.admission.network import check_endpointslice, check_service
 from app.core.admission.pod import check_pod
+from app.core.admission.values import check_object
 from app.core.admission.workloads import (
     check_cronjob,
     check_deployment,
@@ -97,6 +98,8 @@ def _scan(obj: Obj) -> list[Cause]:
             stack.extend((v, idx(path, i), depth + 1) for i, v in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
             causes.append(Cause(path, "FieldValueInvalid", "numbers must be finite"))
+        elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+            causes.append(Cause(path, "FieldValueInvalid", "integers must fit in 64 bits"))
         elif value is not None and not isinstance(value, str | int | float | bool):
             causes.append(
                 Cause(path, "FieldValueTypeInvalid", f"{type_name(value)} is not a JSON value")

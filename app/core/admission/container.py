@@ -7,19 +7,11 @@ Kubernetes) a resource with only a limit gets a request equal to that limit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
-from app.core.admission._util import (
-    INT64_MAX,
-    Errs,
-    Obj,
-    check_port,
-    is_svc_name,
-    normalize_quantity,
-    show,
-    sub,
-)
+from app.core.admission._util import INT64_MAX, Errs, Obj, show, sub
+from app.core.admission.values import check_port, is_svc_name, normalize_quantity
 from app.core.labels import validate_qualified_name
 from app.core.names import validate_dns1123_label
 from app.core.quantity import parse_quantity
@@ -57,7 +49,9 @@ def resource_name_errors(name: str) -> list[str]:
     ]
 
 
-def check_quantity_map(e: Errs, m: Obj, path: str, name_errors: Any) -> dict[str, Fraction]:
+def check_quantity_map(
+    e: Errs, m: Obj, path: str, name_errors: Callable[[str], list[str]]
+) -> dict[str, Fraction]:
     """Validate a ``resource name -> quantity`` map in place; return the parsed amounts."""
     parsed: dict[str, Fraction] = {}
     for name, raw in list(m.items()):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.admission._util import INT64_MAX, Errs, Obj, check_time, idx, sub
+from app.core.admission._util import INT64_MAX, Errs, Obj, idx, sub
+from app.core.admission.values import check_time
 from app.core.errors import BadRequest
 from app.core.kinds import Kind
 from app.core.labels import (

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from app.core.admission._util import (
-    Errs,
-    Obj,
-    check_int_or_percent,
-    check_time,
-    idx,
-    sub,
-)
+from app.core.admission._util import Errs, Obj, idx, sub
 from app.core.admission.container import check_quantity_map
 from app.core.admission.meta import check_selector
 from app.core.admission.scheduling import TAINT_EFFECTS
+from app.core.admission.values import check_int_or_percent, check_time
 from app.core.labels import validate_label_value, validate_qualified_name
 from app.core.priority import BANDS
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from app.core.admission._util import Errs, Obj, check_port, idx, sub
+from app.core.admission._util import Errs, Obj, idx, sub
 from app.core.admission.container import PROTOCOLS
+from app.core.admission.values import check_port
 from app.core.names import validate_dns1123_label, validate_dns1123_subdomain
 
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")

@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import copy
 
-from app.core.admission._util import (
-    INT64_MAX,
-    NOT_SUPPORTED,
-    Errs,
-    Obj,
-    check_quantity,
-    sub,
-)
+from app.core.admission._util import INT64_MAX, NOT_SUPPORTED, Errs, Obj, sub
 from app.core.admission.container import check_container
 from app.core.admission.scheduling import check_affinity, check_tolerations, check_topology_spread
+from app.core.admission.values import check_quantity
 from app.core.names import validate_dns1123_label, validate_dns1123_subdomain
 from app.core.patch import json_equal
 

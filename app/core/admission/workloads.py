@@ -10,17 +10,11 @@ from __future__ import annotations
 import copy
 import re
 
-from app.core.admission._util import (
-    INT64_MAX,
-    Errs,
-    Obj,
-    check_int_or_percent,
-    is_zero,
-    sub,
-)
+from app.core.admission._util import INT64_MAX, Errs, Obj, sub
 from app.core.admission.cron import schedule_error
 from app.core.admission.meta import check_selector, check_template_metadata
 from app.core.admission.pod import check_pod_spec
+from app.core.admission.values import check_int_or_percent, is_zero
 from app.core.labels import Selector
 from app.core.patch import json_equal
 
