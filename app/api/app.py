@@ -36,7 +36,10 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     token = os.environ.get("QM_BOOTSTRAP_TOKEN")
     if token:
         await ensure_token(pool, token)
-    cache = WatchCache(window=int(os.environ.get("QM_WATCH_WINDOW", "200000")))
+    cache = WatchCache(
+        window=int(os.environ.get("QM_WATCH_WINDOW", "100000")),
+        window_bytes=int(os.environ.get("QM_WATCH_WINDOW_MB", "256")) * 2**20,
+    )
     revisioner = RevisionerProcess()
     revisioner.start()
     await cache.start(stream_database_url())

@@ -81,10 +81,10 @@ async def _list_or_watch(
         since = None if rv in (None, "", "0") else int(rv) if rv.isdigit() else None
         if rv not in (None, "", "0") and since is None:
             raise errors.BadRequest(f"invalid resourceVersion {rv!r}")
+        timeout = _int_param(request, "timeoutSeconds")
         if since is not None and since > objects.cache.revision:
             await objects.cache.wait_revision(since)
-        objects.cache.watch(w, since)
-        timeout = _int_param(request, "timeoutSeconds")
+        objects.cache.watch(w, since)  # last: a watcher registered here must reach the stream
         gen = watch.stream(
             objects.cache,
             w,

@@ -9,8 +9,8 @@ version is the condition sent to the database (which still has the last word).
 
 from __future__ import annotations
 
-import asyncio
 import base64
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,8 @@ RESET_STATUS_ON_CREATE = {
     "PodDisruptionBudget",
     "ResourceQuota",
 }
+# How long a patch without a resourceVersion keeps re-applying itself after losing a race.
+PATCH_RETRY_S = 10.0
 MERGE = "application/merge-patch+json"
 JSONPATCH = "application/json-patch+json"
 
@@ -60,13 +62,50 @@ def _object(body: bytes) -> dict[str, Any]:
     obj = decode_body(body)
     if not isinstance(obj, dict):
         raise errors.BadRequest("the request body must be a JSON object")
-    if not isinstance(obj.get("metadata", {}), dict):
-        raise errors.invalid(
-            str(obj.get("kind", "")),
-            None,
-            [errors.Cause("metadata", "FieldValueInvalid", "must be an object")],
-        )
+    _metadata(obj, str(obj.get("kind", "")), None)
     return obj
+
+
+def _metadata(obj: dict[str, Any], kind: str, name: str | None) -> dict[str, Any]:
+    """``obj``'s metadata (created empty when absent); Invalid when it is not an object."""
+    meta = obj.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise errors.invalid(
+            kind, name, [errors.Cause("metadata", "FieldValueInvalid", "must be an object")]
+        )
+    return meta
+
+
+def _bind(kind: Kind, meta: dict[str, Any], namespace: str, name: str | None = None) -> None:
+    """Fill in the name and namespace the request URL names; a body that names another object
+    is refused, never silently redirected to this one."""
+    if name is not None:
+        if meta.get("name") not in (None, name):
+            raise errors.BadRequest(
+                f"the name of the object ({meta.get('name')!r}) does not match the name on the "
+                f"URL ({name!r})"
+            )
+        meta["name"] = name
+    if kind.namespaced:
+        given = meta.get("namespace")
+        if given not in (None, "", namespace):
+            raise errors.BadRequest(
+                "the namespace of the provided object does not match the namespace sent on "
+                f"the request ({given!r} != {namespace!r})"
+            )
+        meta["namespace"] = namespace
+
+
+def _pins_version(media: str, ops: Any) -> bool:
+    """Whether the patch document itself names ``metadata.resourceVersion`` (a precondition),
+    rather than the patched object merely carrying over the version it was read at."""
+    if media == MERGE:
+        meta = ops.get("metadata") if isinstance(ops, dict) else None
+        return isinstance(meta, dict) and meta.get("resourceVersion") not in (None, "")
+    return isinstance(ops, list) and any(
+        isinstance(op, dict) and op.get("path") in ("", "/metadata", "/metadata/resourceVersion")
+        for op in ops
+    )
 
 
 def _parse_rv(value: Any) -> int:
@@ -136,15 +175,9 @@ class Objects:
     # -- writes ----------------------------------------------------------------------
     async def create(self, kind: Kind, namespace: str, body: bytes, user: User) -> Cached:
         obj = _object(body)
-        meta = obj.setdefault("metadata", {})
+        meta = obj["metadata"]
+        _bind(kind, meta, namespace)
         if kind.namespaced:
-            given = meta.get("namespace")
-            if given not in (None, "", namespace):
-                raise errors.BadRequest(
-                    "the namespace of the provided object does not match the namespace sent on "
-                    f"the request ({given!r} != {namespace!r})"
-                )
-            meta["namespace"] = namespace
             self._namespace_open(namespace)
         else:
             meta.pop("namespace", None)
@@ -167,15 +200,8 @@ class Objects:
         self, kind: Kind, namespace: str, name: str, body: bytes, user: User, status: bool = False
     ) -> Cached:
         obj = _object(body)
-        meta = obj.setdefault("metadata", {})
-        if meta.get("name") not in (None, name):
-            raise errors.BadRequest(
-                f"the name of the object ({meta.get('name')!r}) does not match the name on the "
-                f"URL ({name!r})"
-            )
-        meta["name"] = name
-        if kind.namespaced:
-            meta["namespace"] = namespace
+        meta = obj["metadata"]
+        _bind(kind, meta, namespace, name)
         if meta.get("resourceVersion") in (None, ""):
             raise errors.invalid(
                 kind.kind,
@@ -207,27 +233,31 @@ class Objects:
             raise errors.UnsupportedMediaType(
                 f"the patch content type {media!r} is not supported; use {MERGE} or {JSONPATCH}"
             )
-        for attempt in range(6):
+        deadline = time.monotonic() + PATCH_RETRY_S
+        while True:
             current = self.get(kind, namespace, name)
             base = current.obj()
             patched = merge_patch(base, ops) if media == MERGE else json_patch(base, ops)
             if not isinstance(patched, dict):
                 raise errors.BadRequest("the patched object is not a JSON object")
-            meta = patched.setdefault("metadata", {})
+            meta = _metadata(patched, kind.kind, name)
             wanted = meta.get("resourceVersion")
-            if wanted not in (None, "") and str(wanted) != str(current.revision):
+            moved = wanted not in (None, "") and str(wanted) != str(current.revision)
+            pinned = moved or (wanted not in (None, "") and _pins_version(media, ops))
+            if moved:
                 await self._current(kind, namespace, name, _parse_rv(wanted))
             meta["resourceVersion"] = str(current.revision)
-            meta["name"], meta["uid"] = name, current.uid
-            if kind.namespaced:
-                meta["namespace"] = namespace
+            _bind(kind, meta, namespace, name)
+            if meta.get("uid") in (None, ""):
+                meta["uid"] = current.uid
             try:
                 return await self._write(kind, patched, current, user, status, "patch")
             except errors.Conflict:
-                if wanted not in (None, "") or attempt == 5:
+                if pinned or time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.005 * (attempt + 1))  # let the cache see the newer write
-        raise AssertionError("unreachable")
+            # Someone else wrote first: re-apply the patch to the version now committed.
+            latest = await self.store.get(kind, namespace, name)
+            await self.cache.wait_for(latest.uid, latest.row_version)
 
     async def _write(
         self, kind: Kind, obj: dict[str, Any], current: Cached, user: User, status: bool, verb: str

@@ -105,13 +105,21 @@ SELECT * FROM upd"""
 
 
 @cache
+def update_status_plain(kind: Kind) -> str:
+    """The status write internal components use (no audit row, so no CTE)."""
+    return f"""
+UPDATE {kind.table} SET status = $4 WHERE namespace = $1 AND name = $2 AND row_version = $3
+RETURNING {COLS}"""
+
+
+@cache
 def update_status_many(kind: Kind) -> str:
     return f"""
 UPDATE {kind.table} AS t SET status = v.status::jsonb
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
   AS v(namespace, name, expected, status)
 WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
-RETURNING {", ".join("t." + c for c in COLUMNS)}"""
+RETURNING t.namespace, t.name, t.uid, t.row_version"""
 
 
 @cache

@@ -47,6 +47,16 @@ class Stored:
         return self.row.get("deletion_timestamp") is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """The identity and new row version of one object a batched write changed."""
+
+    namespace: str
+    name: str
+    uid: str
+    row_version: int
+
+
 def _stored(kind: Kind, rec: asyncpg.Record | None) -> Stored:
     assert rec is not None, "a conditional write returned no row where one was certain"
     row = dict(rec)
@@ -172,23 +182,33 @@ class Store:
         meta = obj.get("metadata") or {}
         namespace, name = _ns(kind, meta.get("namespace", "")), meta.get("name")
         async with self.pool.acquire() as conn:
-            rec = await conn.fetchrow(
-                sql.update_status(kind),
-                namespace,
-                name,
-                expected,
-                obj.get("status") or {},
-                actor,
-                verb,
-            )
+            if actor is None:
+                rec = await conn.fetchrow(
+                    sql.update_status_plain(kind),
+                    namespace,
+                    name,
+                    expected,
+                    obj.get("status") or {},
+                )
+            else:
+                rec = await conn.fetchrow(
+                    sql.update_status(kind),
+                    namespace,
+                    name,
+                    expected,
+                    obj.get("status") or {},
+                    actor,
+                    verb,
+                )
             if rec is None:
                 await self._raise_missing_or_conflict(conn, kind, namespace, name or "")
             return _stored(kind, rec)
 
     async def update_status_many(
         self, kind: Kind, items: list[tuple[dict[str, Any], int]]
-    ) -> tuple[list[Stored], int]:
-        """Batched status writes; returns what was written and how many lost their condition."""
+    ) -> tuple[list[Written], int]:
+        """Batched status writes, each conditional on its own row version. Returns the new
+        versions of what was written and how many lost their condition (read again, retry)."""
         metas = [o.get("metadata") or {} for o, _ in items]
         recs = await self.pool.fetch(
             sql.update_status_many(kind),
@@ -197,7 +217,10 @@ class Store:
             [e for _, e in items],
             [_json(o.get("status") or {}) for o, _ in items],
         )
-        return [_stored(kind, r) for r in recs], len(items) - len(recs)
+        written = [
+            Written(r["namespace"], r["name"], str(r["uid"]), r["row_version"]) for r in recs
+        ]
+        return written, len(items) - len(recs)
 
     async def _raise_missing_or_conflict(
         self, conn: Conn, kind: Kind, namespace: str, name: str

@@ -140,9 +140,12 @@ def make_cached(kind: Kind, raw: str | bytes, revision: int, row_version: int) -
 class WatchCache:
     """All objects, recent history, watchers and write waiters of one API server."""
 
-    def __init__(self, window: int = 200_000) -> None:
+    def __init__(self, window: int = 100_000, window_bytes: int = 256 * 2**20) -> None:
         self.revision = 0
-        self.window: deque[Event] = deque(maxlen=window)
+        self.window: deque[Event] = deque()
+        self.window_max = window
+        self.window_max_bytes = window_bytes
+        self.window_bytes = 0
         self.window_floor = 0  # watching from below this revision is 410 Gone
         self.objects: dict[str, SortedDict] = {k.kind: SortedDict() for k in KINDS}
         self.by_uid: dict[str, Cached] = {}
@@ -189,14 +192,14 @@ class WatchCache:
                 "SELECT revision, kind, uid::text, namespace, name, row_version, op::text,"
                 " object::text AS o FROM qm_revision_log WHERE revision > $1 AND revision <= $2"
                 " ORDER BY revision",
-                max(floor, rev - (self.window.maxlen or 0)),
+                max(floor, rev - self.window_max),
                 rev,
                 prefetch=2000,
             ):
                 history.append(_entry(r))
+        self.window_floor = history[0].revision - 1 if history else rev
         self._rebuild_window(history, rev)
         self.revision = rev
-        self.window_floor = history[0].revision - 1 if history else rev
 
     def _rebuild_window(self, history: list[LogEntry], rev: int) -> None:
         """Recreate the recent events (with their previous versions) from retained history."""
@@ -204,7 +207,7 @@ class WatchCache:
         for e in history:
             new = make_cached(e.kind, e.raw, e.revision, e.row_version)
             old = versions.get(e.uid)
-            self.window.append(Event(e.revision, OPS[e.op], new, old))
+            self._remember(Event(e.revision, OPS[e.op], new, old))
             versions[e.uid] = new
 
     async def _tail(self, conn: asyncpg.Connection, dsn: str) -> None:
@@ -250,14 +253,23 @@ class WatchCache:
             else:
                 self._put(new)
             ev = Event(e.revision, OPS[e.op], new, old)
-            self.window.append(ev)
-            if len(self.window) == self.window.maxlen:
-                self.window_floor = self.window[0].revision - 1
+            self._remember(ev)
             for w in self.watchers:
                 w.offer(ev)
             self.revision = e.revision
             self._resolve(e.uid, new, e.op == "D")
         self._resolve_revisions()
+
+    def _remember(self, ev: Event) -> None:
+        """Keep ``ev`` in the history window, bounded by event count and by bytes."""
+        self.window.append(ev)
+        self.window_bytes += len(ev.new.raw)
+        while self.window and (
+            len(self.window) > self.window_max or self.window_bytes > self.window_max_bytes
+        ):
+            gone = self.window.popleft()
+            self.window_bytes -= len(gone.new.raw)
+            self.window_floor = gone.revision
 
     def _put(self, c: Cached) -> None:
         self.objects[c.kind.kind][(c.namespace, c.name)] = c

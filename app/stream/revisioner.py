@@ -17,12 +17,14 @@ Runs as a thread (psycopg2 is the only driver that speaks the streaming replicat
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import re
 import select
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +69,11 @@ def _copy_text(value: str) -> str:
     )
 
 
+def _copy_json(text: str) -> str:
+    """JSON text holds no raw tab, newline or carriage return; only backslashes need escaping."""
+    return text.replace("\\", "\\\\") if "\\" in text else text
+
+
 class Revisioner:
     """Consume the slot and append numbered changes to the revision log, until ``stop`` is set."""
 
@@ -76,6 +83,7 @@ class Revisioner:
         on_commit: Callable[[list[LogEntry]], None] | None = None,
         *,
         batch_max: int = 5000,
+        linger_s: float = 0.005,
         compact_every_s: float = 10.0,
         retain_s: float = 300.0,
         slot: str | None = None,
@@ -83,6 +91,7 @@ class Revisioner:
         self.dsn = dsn
         self.on_commit = on_commit
         self.batch_max = batch_max
+        self.linger_s = linger_s
         self.compact_every_s = compact_every_s
         self.retain_s = retain_s
         self.slot: str | None = slot
@@ -92,6 +101,7 @@ class Revisioner:
         self._seed_lsn = 0
         self.last_revision = 0
         self.last_lsn = 0
+        self.marks: deque[tuple[int, float]] = deque()
 
     # -- lifecycle -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -121,7 +131,17 @@ class Revisioner:
             seeded: dict[str, int] = {}
             if created:
                 seeded = self._reseed(db)
-            self._stream(db, stop, seeded)
+            writer = _Writer(self)
+            compactor = threading.Thread(
+                target=self._compact_loop, args=(writer.done,), daemon=True, name="compactor"
+            )
+            writer.start()
+            compactor.start()
+            try:
+                self._stream(db, writer, stop, seeded)
+            finally:
+                writer.close()
+                compactor.join(timeout=5)
 
     def _ensure_slot(self, db: psycopg.Connection[Any]) -> bool:
         row = db.execute(
@@ -139,8 +159,13 @@ class Revisioner:
 
     # -- streaming -----------------------------------------------------------------------
     def _stream(
-        self, db: psycopg.Connection[Any], stop: threading.Event, seeded: dict[str, int]
+        self,
+        lookups: psycopg.Connection[Any],
+        writer: _Writer,
+        stop: threading.Event,
+        seeded: dict[str, int],
     ) -> None:
+        """Decode and render on this thread while ``writer`` appends the previous batch."""
         repl = psycopg2.connect(
             self.dsn,
             connection_factory=psycopg2.extras.LogicalReplicationConnection,
@@ -156,49 +181,61 @@ class Revisioner:
             decoder = Decoder()
             pending: list[Transaction] = []
             npending = 0
-            last_compact = time.monotonic()
+            first_at = 0.0
+            next_revision = self.last_revision
+            last_lsn = self.last_lsn
             while not stop.is_set():
+                writer.check()
                 msg = cur.read_message()
                 if msg is not None:
                     tx = decoder.feed(msg.payload)
-                    if tx is not None and tx.changes and tx.commit_lsn > self.last_lsn:
+                    if tx is not None and tx.changes and tx.commit_lsn > last_lsn:
+                        if not pending:
+                            first_at = time.monotonic()
                         pending.append(tx)
                         npending += len(tx.changes)
-                    elif tx is not None and not pending:
+                    elif tx is not None and not pending and writer.idle():
                         cur.send_feedback(flush_lsn=tx.end_lsn)
-                    if npending < self.batch_max:
+                    # Batch while changes keep coming, but never hold one back for long.
+                    if npending < self.batch_max and (
+                        not pending or time.monotonic() - first_at < self.linger_s
+                    ):
                         continue
                 if pending:
-                    self._append(db, pending, seeded)
-                    pending_lsn = pending[-1].commit_lsn
-                    cur.send_feedback(flush_lsn=pending[-1].end_lsn)
-                    pending, npending = [], 0
-                    if seeded and pending_lsn > self._seed_lsn:
+                    entries = self._render(lookups, pending, seeded, next_revision)
+                    if entries:
+                        next_revision = entries[-1].revision
+                    last_lsn = pending[-1].commit_lsn
+                    writer.submit(_Batch(entries, next_revision, last_lsn, pending[-1].end_lsn))
+                    if seeded and last_lsn > self._seed_lsn:
                         seeded.clear()  # the stream is past the reseed snapshot
+                    pending, npending = [], 0
                     continue
-                if time.monotonic() - last_compact > self.compact_every_s:
-                    self.compact(db)
-                    last_compact = time.monotonic()
-                select.select([cur], [], [], 0.5)
-                cur.send_feedback()
+                confirmed = writer.confirmed_lsn
+                select.select([cur], [], [], 0.2)
+                if confirmed:
+                    cur.send_feedback(flush_lsn=confirmed)
+                else:
+                    cur.send_feedback()
         finally:
             repl.close()
 
-    def _append(
-        self, db: psycopg.Connection[Any], txs: list[Transaction], seeded: dict[str, int]
-    ) -> None:
+    def _render(
+        self,
+        db: psycopg.Connection[Any],
+        txs: list[Transaction],
+        seeded: dict[str, int],
+        revision: int,
+    ) -> list[LogEntry]:
         entries: list[LogEntry] = []
         missing = self._missing_rows(db, txs)
-        rev = self.last_revision
         for tx in txs:
             for change in tx.changes:
-                entry = self._entry(change, tx.commit_lsn, missing, seeded, rev + 1)
+                entry = self._entry(change, tx.commit_lsn, missing, seeded, revision + 1)
                 if entry is not None:
-                    rev += 1
+                    revision += 1
                     entries.append(entry)
-        self._write(db, entries, rev, txs[-1].commit_lsn)
-        if self.on_commit is not None and entries:
-            self.on_commit(entries)
+        return entries
 
     def _write(
         self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int
@@ -207,7 +244,7 @@ class Revisioner:
             if entries:
                 lines = [
                     f"{e.revision}\t{e.kind.kind}\t{e.uid}\t{_copy_text(e.namespace)}\t"
-                    f"{_copy_text(e.name)}\t{e.row_version}\t{e.op}\t{_copy_text(e.raw)}\t"
+                    f"{_copy_text(e.name)}\t{e.row_version}\t{e.op}\t{_copy_json(e.raw)}\t"
                     f"{format_lsn(e.commit_lsn)}\n"
                     for e in entries
                 ]
@@ -393,35 +430,113 @@ class Revisioner:
                 self.on_commit(entries)
         return seen
 
-    def compact(self, db: psycopg.Connection[Any], batch: int = 10_000) -> int:
-        """Drop history older than the retention window, in small batches, keeping the latest
-        entry of every live object so the log always holds the whole current state."""
+    def _compact_loop(self, stop: threading.Event) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as db:
+            while not stop.wait(self.compact_every_s):
+                cutoff = self._cutoff()
+                if cutoff:
+                    self.compact(db, cutoff)
+
+    def _cutoff(self) -> int:
+        """The newest revision written more than ``retain_s`` ago (0: none yet)."""
+        limit = time.monotonic() - self.retain_s
+        best = 0
+        while self.marks and self.marks[0][1] < limit:
+            best = self.marks.popleft()[0]
+        return best
+
+    def compact(self, db: psycopg.Connection[Any], upto: int, batch: int = 10_000) -> int:
+        """Drop history up to revision ``upto`` in small batches, keeping the latest entry of
+        every live object so the log always holds the whole current state."""
         total = 0
-        while True:
+        row = db.execute("SELECT compacted_revision FROM qm_stream_state WHERE id = 1").fetchone()
+        low = int(row[0]) if row else 0
+        while low < upto:
+            high = min(upto, low + batch)
             cur = db.execute(
                 """
-                WITH doomed AS (
-                  SELECT l.revision FROM qm_revision_log l
-                  WHERE l.committed_at < now() - make_interval(secs => %s)
-                    AND (l.op = 'D' OR EXISTS (SELECT 1 FROM qm_revision_log n
-                                               WHERE n.uid = l.uid AND n.revision > l.revision))
-                  ORDER BY l.revision LIMIT %s)
-                DELETE FROM qm_revision_log WHERE revision IN (SELECT revision FROM doomed)
-                RETURNING revision
+                DELETE FROM qm_revision_log l
+                WHERE l.revision > %s AND l.revision <= %s
+                  AND (l.op = 'D' OR EXISTS (SELECT 1 FROM qm_revision_log n
+                                             WHERE n.uid = l.uid AND n.revision > l.revision))
                 """,
-                (self.retain_s, batch),
+                (low, high),
             )
-            revs = [r[0] for r in cur.fetchall()]
-            total += len(revs)
-            if revs:
-                db.execute(
-                    "UPDATE qm_stream_state"
-                    " SET compacted_revision = GREATEST(compacted_revision, %s)"
-                    " WHERE id = 1",
-                    (max(revs),),
-                )
-            if len(revs) < batch:
-                return total
+            total += cur.rowcount
+            db.execute(
+                "UPDATE qm_stream_state SET compacted_revision = GREATEST(compacted_revision, %s)"
+                " WHERE id = 1",
+                (high,),
+            )
+            low = high
+        return total
+
+
+@dataclass(slots=True)
+class _Batch:
+    entries: list[LogEntry]
+    revision: int
+    commit_lsn: int
+    end_lsn: int
+
+
+class _Writer:
+    """Appends rendered batches to the log on its own connection and thread, so decoding the
+    next batch overlaps with committing this one. Errors surface on the reader's next check."""
+
+    def __init__(self, owner: Revisioner) -> None:
+        self.owner = owner
+        self.queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=8)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.confirmed_lsn = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name="log-writer")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, batch: _Batch) -> None:
+        while True:
+            self.check()
+            try:
+                self.queue.put(batch, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def idle(self) -> bool:
+        return self.queue.empty()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError("the log writer failed") from self.error
+        if not self._thread.is_alive() and not self.done.is_set():
+            raise RuntimeError("the log writer stopped")
+
+    def close(self) -> None:
+        self.done.set()
+        with contextlib.suppress(queue.Full):
+            self.queue.put_nowait(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.owner.dsn, autocommit=True) as db:
+                while not self.done.is_set():
+                    try:
+                        batch = self.queue.get(timeout=0.5)
+                    except queue.Empty:
+                        continue
+                    if batch is None:
+                        return
+                    self.owner._write(db, batch.entries, batch.revision, batch.commit_lsn)
+                    self.confirmed_lsn = batch.end_lsn
+                    self.owner.marks.append((batch.revision, time.monotonic()))
+                    if self.owner.on_commit is not None and batch.entries:
+                        self.owner.on_commit(batch.entries)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("log writer failed")
 
 
 def _raw(kind: Kind, row: dict[str, Any], revision: int) -> str:

@@ -79,7 +79,33 @@ async def watch_latency(url: str, token: str, rv: str, lat: Latency, stop: async
                 return
 
 
-async def run_store(stack: Stack, seconds: float, batched: bool) -> dict[str, float]:
+def settle(stack: Stack) -> None:
+    """Wait until the revision stream and the API's cache have caught up with every write."""
+    import psycopg
+
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    for _ in range(1200):
+        with psycopg.connect(stack.url, autocommit=True) as db:
+            wal = db.execute("SELECT pg_current_wal_lsn()").fetchone()
+            time.sleep(0.25)
+            row = db.execute(
+                "SELECT last_revision, last_commit_lsn >= %s FROM qm_stream_state", (wal[0],)
+            ).fetchone()
+        text = httpx.get(f"{stack.api_url}/metrics", headers=headers).text
+        cached = next(
+            int(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("qm_watch_cache_revision ")
+        )
+        if row is not None and cached >= row[0]:
+            return
+    raise RuntimeError("the revision stream did not catch up")
+
+
+async def run_store(
+    stack: Stack, seconds: float, batched: bool, rate: float | None = None, batch: int = PER_WRITER
+) -> dict[str, float]:
+    """Writers at full speed, or paced to ``rate`` writes/s in total (batches of ``batch``)."""
     from app.core.kinds import BY_KIND
     from app.store.db import create_pool
     from app.store.store import Store
@@ -104,19 +130,26 @@ async def run_store(stack: Stack, seconds: float, batched: bool) -> dict[str, fl
         nonlocal done, conflicts
         names = [f"p{w}-{i}" for i in range(PER_WRITER)]
         seq = 0
+        next_t = time.monotonic() + (w / WRITERS) * (batch * WRITERS / rate if rate else 0)
+        chunk = 0
         while time.monotonic() < deadline:
+            if rate:
+                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+                next_t += batch * WRITERS / rate
             if batched:
                 seq += 1
                 items = []
-                for n in names:
+                group = names[chunk * batch : (chunk + 1) * batch]
+                chunk = (chunk + 1) % (PER_WRITER // batch)
+                for n in group:
                     obj = dict(current[n].obj)
                     obj["status"] = {"phase": "Running", "seq": seq}
                     items.append((obj, current[n].row_version))
                 written, lost = await store.update_status_many(kind, items)
                 t = time.monotonic()
-                for s in written:
-                    current[s.obj["metadata"]["name"]] = s
-                    lat.committed[(s.obj["metadata"]["name"], seq)] = t
+                for wr in written:
+                    current[wr.name].row_version = wr.row_version
+                    lat.committed[(wr.name, seq)] = t
                 done += len(written)
                 conflicts += lost
             else:
@@ -268,6 +301,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pods", type=int, default=300_000)
+    ap.add_argument("--rate", type=float, default=5000, help="paced phase: writes/s in total")
     args = ap.parse_args()
     stack = Stack()
     try:
@@ -276,6 +310,7 @@ def main() -> None:
         runs: dict[str, list[Any]] = {
             "store_single": [],
             "store_batched": [],
+            "store_paced": [],
             "pgbench_single": [],
             "pgbench_batched": [],
         }
@@ -284,6 +319,9 @@ def main() -> None:
             runs["pgbench_single"].append(pgbench(stack, args.seconds, False))
             runs["store_batched"].append(asyncio.run(run_store(stack, args.seconds, True)))
             runs["pgbench_batched"].append(pgbench(stack, args.seconds, True))
+            runs["store_paced"].append(
+                asyncio.run(run_store(stack, args.seconds, True, rate=args.rate, batch=50))
+            )
         summary: dict[str, Any] = {}
         for mode in ("single", "batched"):
             store_runs = runs[f"store_{mode}"]
@@ -296,6 +334,14 @@ def main() -> None:
                 "watch_p50_ms": round(median([r["watch_p50_ms"] for r in store_runs]), 1),
                 "watch_p99_ms": round(median([r["watch_p99_ms"] for r in store_runs]), 1),
             }
+        paced = runs["store_paced"]
+        summary["paced"] = {
+            "target_writes_per_s": args.rate,
+            "store_writes_per_s": round(median([r["writes_per_s"] for r in paced])),
+            "batch": 50,
+            "watch_p50_ms": round(median([r["watch_p50_ms"] for r in paced]), 1),
+            "watch_p99_ms": round(median([r["watch_p99_ms"] for r in paced]), 1),
+        }
         mem = asyncio.run(memory(stack, args.pods)) if args.pods else {}
         result = {
             "benchmark": "store",
