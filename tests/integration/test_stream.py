@@ -1,0 +1,133 @@
+"""The revision stream's operational behaviour: bookmarks, slot hygiene, and recovery after
+the replication slot is lost."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import psycopg
+
+from app.api.background import drop_abandoned_slots
+from app.store.db import create_pool
+from app.stream.revisioner import slot_name
+
+NS = "stream-ops"
+
+
+def _client(api_server) -> httpx.Client:  # type: ignore[no-untyped-def]
+    return httpx.Client(
+        base_url=api_server.url, timeout=30, headers={"Authorization": f"Bearer {api_server.token}"}
+    )
+
+
+def _ensure_ns(c: httpx.Client) -> None:
+    r = c.post(
+        "/apis/quaymaster.io/v1/namespaces",
+        json={"apiVersion": "quaymaster.io/v1", "kind": "Namespace", "metadata": {"name": NS}},
+    )
+    assert r.status_code in (201, 409), r.text
+
+
+def test_idle_watch_gets_a_truthful_bookmark(api_server) -> None:  # type: ignore[no-untyped-def]
+    with _client(api_server) as c:
+        _ensure_ns(c)
+        rv = c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/secrets").json()["metadata"][
+            "resourceVersion"
+        ]
+        events = []
+        with c.stream(
+            "GET",
+            f"/apis/quaymaster.io/v1/namespaces/{NS}/secrets",
+            params={
+                "watch": "1",
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "8",
+            },
+        ) as resp:
+            for line in resp.iter_lines():
+                if line:
+                    events.append(json.loads(line))
+                    break
+        assert events and events[0]["type"] == "BOOKMARK"
+        assert int(events[0]["object"]["metadata"]["resourceVersion"]) >= int(rv)
+
+
+async def test_abandoned_slots_of_this_database_are_dropped(pg_url) -> None:  # type: ignore[no-untyped-def]
+    name = f"qm_gone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
+        dbname = db.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    pool = await create_pool(pg_url)
+    try:
+        dropped = await drop_abandoned_slots(pool, slot_name(dbname))
+    finally:
+        await pool.close()
+    assert name in dropped
+    assert slot_name(dbname) not in dropped
+    with psycopg.connect(pg_url) as db:
+        names = [r[0] for r in db.execute("SELECT slot_name FROM pg_replication_slots")]
+    assert name not in names and slot_name(dbname) in names
+
+
+def test_a_lost_slot_is_rebuilt_and_nothing_committed_meanwhile_is_lost(api_server, pg_url) -> None:  # type: ignore[no-untyped-def]
+    with _client(api_server) as c:
+        _ensure_ns(c)
+        r = c.post(
+            f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps",
+            json={
+                "apiVersion": "quaymaster.io/v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "before"},
+                "data": {"v": "1"},
+            },
+        )
+        assert r.status_code == 201, r.text
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            dbname = db.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+            slot = slot_name(dbname)
+            # Kill the revisioner's replication connection and drop its slot, as if the slot
+            # had been invalidated; then change data while no slot exists.
+            for _ in range(100):
+                pid = db.execute(
+                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+                ).fetchone()
+                if pid and pid[0]:
+                    db.execute("SELECT pg_terminate_backend(%s)", (pid[0],))
+                try:
+                    db.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    break
+                except psycopg.errors.ObjectInUse:
+                    time.sleep(0.05)
+            db.execute(
+                "UPDATE configmaps SET spec = %s WHERE namespace = %s AND name = 'before'",
+                (json.dumps({"data": {"v": "2"}}), NS),
+            )
+            db.execute(
+                "INSERT INTO configmaps (uid, namespace, name, spec) VALUES (%s, %s, %s, %s)",
+                (uuid.uuid4(), NS, "during", json.dumps({"data": {"v": "x"}})),
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps").json()
+            data = {i["metadata"]["name"]: i["data"]["v"] for i in got["items"]}
+            if data.get("before") == "2" and data.get("during") == "x":
+                break
+            time.sleep(0.2)
+        assert data == {"before": "2", "during": "x"}
+        r = c.post(
+            f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps",
+            json={
+                "apiVersion": "quaymaster.io/v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "after"},
+                "data": {"v": "3"},
+            },
+        )
+        assert r.status_code == 201, r.text
+    with psycopg.connect(pg_url) as db:
+        revs = [r[0] for r in db.execute("SELECT revision FROM qm_revision_log ORDER BY revision")]
+    assert revs == list(range(revs[0], revs[0] + len(revs))), "still gap-free after the reseed"
