@@ -89,7 +89,12 @@ class Watcher:
         if self.overflowed:
             return
         new_ok = ev.type != "DELETED" and self.matches(ev.new)
-        old_ok = self.matches(ev.old) if ev.type != "ADDED" else False
+        if ev.type == "ADDED":
+            old_ok = False
+        elif ev.old is None:
+            old_ok = new_ok  # history rebuilt after a restart: the earlier version is compacted
+        else:
+            old_ok = self.matches(ev.old)
         if ev.type == "DELETED":
             item = ("DELETED", ev.new) if self.matches(ev.new) else None
         elif new_ok and old_ok:
@@ -149,6 +154,7 @@ class WatchCache:
         self.window_floor = 0  # watching from below this revision is 410 Gone
         self.objects: dict[str, SortedDict] = {k.kind: SortedDict() for k in KINDS}
         self.by_uid: dict[str, Cached] = {}
+        self.deleted: dict[str, Cached] = {}  # recently deleted, for writers still waiting
         self.watchers: set[Watcher] = set()
         self._waiters: dict[str, list[tuple[int, asyncio.Future[Cached | None]]]] = {}
         self._rev_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -220,6 +226,9 @@ class WatchCache:
                     self.revision,
                 )
                 if rows:
+                    if rows[0]["revision"] != self.revision + 1:
+                        await self._reload(conn)  # behind the compacted floor: start over
+                        continue
                     self.apply([_entry(r) for r in rows])
                     continue
                 self._wake.clear()
@@ -235,6 +244,22 @@ class WatchCache:
                     with contextlib.suppress(Exception):
                         conn = await asyncpg.connect(dsn, statement_cache_size=0)
                         await conn.add_listener("qm_stream", lambda *_: self._wake.set())
+
+    async def _reload(self, conn: asyncpg.Connection) -> None:
+        """Rebuild from the log after falling behind its compaction; every open watch ends
+        (its clients resume, or relist on 410) because the events it missed are gone."""
+        log.warning("watch cache at %d fell behind the compacted log; reloading", self.revision)
+        for w in list(self.watchers):
+            w.overflowed = True
+            with contextlib.suppress(asyncio.QueueFull):
+                w.queue.put_nowait(None)
+        self.watchers.clear()
+        self.window.clear()
+        self.window_bytes = 0
+        self.objects = {k.kind: SortedDict() for k in KINDS}
+        self.by_uid.clear()
+        await self._load(conn)
+        self._resolve_revisions()
 
     # -- applying changes ------------------------------------------------------------------
     def apply(self, entries: list[LogEntry]) -> None:
@@ -272,12 +297,21 @@ class WatchCache:
             self.window_floor = gone.revision
 
     def _put(self, c: Cached) -> None:
+        old = self.by_uid.get(c.uid)
+        if old is not None and (old.namespace, old.name) != (c.namespace, c.name):
+            self.objects[old.kind.kind].pop((old.namespace, old.name), None)  # renamed by SQL
         self.objects[c.kind.kind][(c.namespace, c.name)] = c
         self.by_uid[c.uid] = c
 
     def _drop(self, c: Cached) -> None:
-        self.objects[c.kind.kind].pop((c.namespace, c.name), None)
-        self.by_uid.pop(c.uid, None)
+        current = self.by_uid.pop(c.uid, None) or c
+        store = self.objects[current.kind.kind]
+        key = (current.namespace, current.name)
+        if key in store and store[key].uid == c.uid:
+            del store[key]
+        self.deleted[c.uid] = c
+        if len(self.deleted) > 10_000:
+            self.deleted.pop(next(iter(self.deleted)))
 
     def _resolve(self, uid: str, c: Cached, deleted: bool) -> None:
         waiting = self._waiters.get(uid)
@@ -289,8 +323,10 @@ class WatchCache:
                 continue
             if version == -1 and not deleted:
                 keep.append((version, fut))
-            elif version == -1 or c.row_version >= version:
+            elif version == -1:
                 fut.set_result(None if deleted else c)
+            elif c.row_version >= version:
+                fut.set_result(c)
             else:
                 keep.append((version, fut))
         if keep:
@@ -312,7 +348,7 @@ class WatchCache:
     # -- waiting for writes ----------------------------------------------------------------
     async def wait_for(self, uid: str, row_version: int, timeout: float = 10.0) -> Cached:
         """The cached version of a write this server just committed, once the stream has it."""
-        current = self.by_uid.get(uid)
+        current = self.by_uid.get(uid) or self.deleted.get(uid)
         if current is not None and current.row_version >= row_version:
             return current
         result = await self._wait(uid, row_version, timeout)

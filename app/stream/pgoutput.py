@@ -25,7 +25,7 @@ class Relation:
 @dataclass
 class Change:
     table: str
-    op: str  # "I", "U" or "D"
+    op: str  # "I", "U", "D" or "T" (truncate: no values)
     values: dict[str, object]  # column -> str | None | UNCHANGED (new tuple; key tuple for D)
 
 
@@ -63,7 +63,9 @@ class Decoder:
             self._relation(payload)
         elif tag in (b"I", b"U", b"D"):
             self._change(tag.decode(), payload)
-        # Origin, Type, Truncate and Message carry nothing the stream needs.
+        elif tag == b"T":
+            self._truncate(payload)
+        # Origin, Type and Message carry nothing the stream needs.
         return None
 
     def _relation(self, buf: bytes) -> None:
@@ -93,6 +95,14 @@ class Decoder:
         values, pos = _tuple(buf, pos + 1, rel.columns)
         if self.current is not None:
             self.current.changes.append(Change(rel.name, op, values))
+
+    def _truncate(self, buf: bytes) -> None:
+        (nrels,) = struct.unpack_from("!i", buf, 1)
+        relids = struct.unpack_from(f"!{nrels}i", buf, 6)
+        for relid in relids:
+            rel = self.relations.get(relid)
+            if rel is not None and self.current is not None:
+                self.current.changes.append(Change(rel.name, "T", {}))
 
 
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:

@@ -195,7 +195,7 @@ class Revisioner:
                         pending.append(tx)
                         npending += len(tx.changes)
                     elif tx is not None and not pending and writer.idle():
-                        cur.send_feedback(flush_lsn=tx.end_lsn)
+                        cur.send_feedback(flush_lsn=tx.end_lsn)  # nothing of ours in flight
                     # Batch while changes keep coming, but never hold one back for long.
                     if npending < self.batch_max and (
                         not pending or time.monotonic() - first_at < self.linger_s
@@ -231,11 +231,48 @@ class Revisioner:
         missing = self._missing_rows(db, txs)
         for tx in txs:
             for change in tx.changes:
+                if change.op == "T":
+                    gone = self._truncated(db, change.table, tx.commit_lsn, revision + 1)
+                    revision += len(gone)
+                    entries.extend(gone)
+                    continue
                 entry = self._entry(change, tx.commit_lsn, missing, seeded, revision + 1)
                 if entry is not None:
                     revision += 1
                     entries.append(entry)
         return entries
+
+    def _truncated(
+        self, db: psycopg.Connection[Any], table: str, lsn: int, revision: int
+    ) -> list[LogEntry]:
+        """A TRUNCATE removed every row: one DELETED entry per object the log holds as live."""
+        kind = BY_TABLE.get(table)
+        if kind is None:
+            return []
+        out = []
+        rows = db.execute(
+            "SELECT * FROM (SELECT DISTINCT ON (uid) uid::text, namespace, name, row_version,"
+            " op::text AS op, object::text FROM qm_revision_log WHERE kind = %s"
+            " ORDER BY uid, revision DESC) latest WHERE op <> 'D'",
+            (kind.kind,),
+        ).fetchall()
+        for uid, namespace, name, version, _op, text in rows:
+            self._rows.pop(uid, None)
+            out.append(
+                LogEntry(
+                    revision,
+                    kind,
+                    uid,
+                    namespace,
+                    name,
+                    int(version),
+                    "D",
+                    with_revision(text, revision),
+                    lsn,
+                )
+            )
+            revision += 1
+        return out
 
     def _write(
         self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int
@@ -336,7 +373,8 @@ class Revisioner:
             str(c.values["uid"])
             for tx in txs
             for c in tx.changes
-            if (c.op == "D" or UNCHANGED in c.values.values())
+            if c.op != "T"
+            and (c.op == "D" or UNCHANGED in c.values.values())
             and str(c.values["uid"]) not in self._rows
         }
         if not need:
@@ -490,12 +528,15 @@ class _Writer:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.confirmed_lsn = 0
+        self.submitted = 0
+        self.written = 0
         self._thread = threading.Thread(target=self._run, daemon=True, name="log-writer")
 
     def start(self) -> None:
         self._thread.start()
 
     def submit(self, batch: _Batch) -> None:
+        self.submitted += 1
         while True:
             self.check()
             try:
@@ -505,7 +546,8 @@ class _Writer:
                 continue
 
     def idle(self) -> bool:
-        return self.queue.empty()
+        """True when every submitted batch has been committed (not merely dequeued)."""
+        return self.written == self.submitted
 
     def check(self) -> None:
         if self.error is not None:
@@ -531,6 +573,7 @@ class _Writer:
                         return
                     self.owner._write(db, batch.entries, batch.revision, batch.commit_lsn)
                     self.confirmed_lsn = batch.end_lsn
+                    self.written += 1
                     self.owner.marks.append((batch.revision, time.monotonic()))
                     if self.owner.on_commit is not None and batch.entries:
                         self.owner.on_commit(batch.entries)

@@ -131,3 +131,41 @@ def test_a_lost_slot_is_rebuilt_and_nothing_committed_meanwhile_is_lost(api_serv
     with psycopg.connect(pg_url) as db:
         revs = [r[0] for r in db.execute("SELECT revision FROM qm_revision_log ORDER BY revision")]
     assert revs == list(range(revs[0], revs[0] + len(revs))), "still gap-free after the reseed"
+
+
+def test_truncate_by_sql_appears_as_deletions(api_server, pg_url) -> None:  # type: ignore[no-untyped-def]
+    with _client(api_server) as c:
+        _ensure_ns(c)
+        for i in range(3):
+            r = c.post(
+                f"/apis/quaymaster.io/v1/namespaces/{NS}/poddisruptionbudgets",
+                json={
+                    "apiVersion": "quaymaster.io/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": f"pdb{i}"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}},
+                },
+            )
+            assert r.status_code == 201, r.text
+        rv = c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/poddisruptionbudgets").json()[
+            "metadata"
+        ]["resourceVersion"]
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            db.execute("TRUNCATE poddisruptionbudgets")
+        seen = []
+        with c.stream(
+            "GET",
+            f"/apis/quaymaster.io/v1/namespaces/{NS}/poddisruptionbudgets",
+            params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "10"},
+        ) as resp:
+            for line in resp.iter_lines():
+                if line:
+                    ev = json.loads(line)
+                    seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+                    if len(seen) == 3:
+                        break
+        assert sorted(seen) == [("DELETED", "pdb0"), ("DELETED", "pdb1"), ("DELETED", "pdb2")]
+        assert (
+            c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/poddisruptionbudgets").json()["items"]
+            == []
+        )

@@ -134,3 +134,31 @@ async def test_writers_wait_for_their_revision() -> None:
     c.apply([entry(2, "a")])  # row_version 20
     got = await waiter
     assert got.revision == 2
+
+
+def test_an_object_renamed_by_sql_leaves_no_ghost() -> None:
+    c = WatchCache()
+    c.apply([entry(1, "old", "A")])
+    renamed = entry(2, "new")
+    renamed.uid = "uid-old"
+    renamed.raw = renamed.raw.replace('"uid": "uid-new"', '"uid": "uid-old"')
+    c.apply([renamed])
+    assert c.get(POD, "ns", "old") is None
+    assert c.get(POD, "ns", "new") is not None
+
+
+async def test_a_writer_whose_object_was_already_deleted_is_answered() -> None:
+    c = WatchCache()
+    c.apply([entry(1, "a", "A"), entry(2, "a"), entry(3, "a", "D")])
+    got = await c.wait_for("uid-a", 20, timeout=0.5)
+    assert got.revision == 3
+
+
+def test_history_rebuilt_without_previous_versions_reports_modified() -> None:
+    c = WatchCache()
+    c._rebuild_window([entry(5, "a", "M"), entry(6, "a", "M")], 6)
+    c.revision = 6
+    c.window_floor = 4
+    w = Watcher(POD, "ns", lambda labels: True, None)
+    c.watch(w, 4)
+    assert [t for t, _, _ in drain(w)] == ["MODIFIED", "MODIFIED"]
