@@ -22,6 +22,7 @@ from app.api.responses import error_response
 from app.api.routes import all_handlers
 from app.api.service import Objects
 from app.core import errors
+from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
 from app.store.store import Store
 from app.store.tokens import ensure_token
@@ -47,7 +48,8 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     app.state.objects = Objects(store, cache)
     app.state.auth = Authenticator(pool)
     app.state.revisioner = revisioner
-    keeper = asyncio.create_task(housekeeping(store, stream_database_url()))
+    await _ensure_default_namespace(store)
+    keeper = asyncio.create_task(housekeeping(store, stream_database_url(), revisioner))
     try:
         yield
     finally:
@@ -57,6 +59,14 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await cache.stop()
         await asyncio.get_running_loop().run_in_executor(None, revisioner.close)
         await pool.close()
+
+
+async def _ensure_default_namespace(store: Store) -> None:
+    """Clusters start with a ``default`` namespace, as Kubernetes users expect."""
+    with contextlib.suppress(errors.AlreadyExists):
+        await store.create(
+            BY_KIND["Namespace"], {"metadata": {"name": "default"}, "status": {"phase": "Active"}}
+        )
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

@@ -37,6 +37,12 @@ class RevisionerProcess:
     def alive(self) -> bool:
         return self.proc is None or self.proc.poll() is None
 
+    def ensure(self) -> None:
+        """Start a new child if the last one died (it never should; it retries internally)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            log.error("the revisioner exited with %s; starting another", self.proc.returncode)
+            self.start()
+
     def close(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
@@ -68,12 +74,16 @@ async def drop_abandoned_slots(pool: asyncpg.Pool, keep: str) -> list[str]:
 HOUSEKEEPING_LOCK = 0x716D_686B_7000  # "qmhk"
 
 
-async def housekeeping(store: Store, dsn: str, every_s: float = 2.0) -> None:
-    """Run the leader-only housekeeping (leader: whoever holds the session lock); others idle."""
+async def housekeeping(
+    store: Store, dsn: str, revisioner: RevisionerProcess, every_s: float = 2.0
+) -> None:
+    """Keep the revisioner child alive; run the leader-only chores (leader: whoever holds the
+    session lock); others idle."""
     ticks = 0
     conn: asyncpg.Connection | None = None
     while True:
         await asyncio.sleep(every_s)
+        revisioner.ensure()
         try:
             if conn is None or conn.is_closed():
                 conn = await asyncpg.connect(dsn, statement_cache_size=0)

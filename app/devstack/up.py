@@ -119,10 +119,15 @@ def bootstrap_token(state_dir: Path) -> tuple[str, str]:
 
 
 def cli_config_path() -> Path:
-    """``$QM_CONFIG``, else ``~/.config/quaymaster/config.yaml``."""
+    """``$QM_CONFIG``, else ``$XDG_CONFIG_HOME`` (default ``~/.config``)
+    ``/quaymaster/config.yaml`` -- the same place ``qm`` reads."""
     configured = os.environ.get("QM_CONFIG")
     return (
-        Path(configured) if configured else Path.home() / ".config" / "quaymaster" / "config.yaml"
+        Path(configured)
+        if configured
+        else Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        / "quaymaster"
+        / "config.yaml"
     )
 
 

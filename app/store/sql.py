@@ -35,6 +35,12 @@ _AUDIT = (
 )
 
 
+def audited(kind: Kind, alias: str) -> str:
+    """The row image kept in the audit trail; a Secret's data never goes there."""
+    image = f"to_jsonb({alias}.*)"
+    return f"({image} - 'spec')" if kind.kind == "Secret" else image
+
+
 @cache
 def select_one(kind: Kind) -> str:
     return f"SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2"
@@ -52,7 +58,7 @@ WITH ins AS (
 ), aud AS (
   {_AUDIT}
   SELECT $11::text, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
-         to_jsonb(ins.*) FROM ins WHERE $11::text IS NOT NULL
+         {audited(kind, "ins")} FROM ins WHERE $11::text IS NOT NULL
 )
 SELECT * FROM ins"""
 
@@ -82,7 +88,7 @@ WITH old AS (
 ), aud AS (
   {_AUDIT}
   SELECT $9::text, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
-         to_jsonb(old.*), to_jsonb(upd.*) FROM upd, old WHERE $9::text IS NOT NULL
+         {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $9::text IS NOT NULL
 )
 SELECT * FROM upd"""
 
@@ -99,7 +105,7 @@ WITH old AS (
 ), aud AS (
   {_AUDIT}
   SELECT $5::text, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
-         to_jsonb(old.*), to_jsonb(upd.*) FROM upd, old WHERE $5::text IS NOT NULL
+         {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $5::text IS NOT NULL
 )
 SELECT * FROM upd"""
 

@@ -261,6 +261,8 @@ CREATE INDEX qm_audit_object ON qm_audit (kind, namespace, name, at);
 CREATE INDEX qm_audit_at ON qm_audit USING brin (at);
 CREATE TRIGGER qm_audit_append_only BEFORE UPDATE OR DELETE ON qm_audit
   FOR EACH ROW EXECUTE FUNCTION qm_refuse_change();
+CREATE TRIGGER qm_audit_no_truncate BEFORE TRUNCATE ON qm_audit
+  FOR EACH STATEMENT EXECUTE FUNCTION qm_refuse_change();
 """
     )
     tables = ", ".join(KIND_TABLES)
@@ -274,7 +276,9 @@ DO $$ BEGIN
 END $$;
 """
     )
-    op.execute(f"GRANT SELECT ON {tables}, qm_audit, qm_revision_log TO qm_reporting")
+    # Reporting sees everything but secrets (whose data the audit trail omits too).
+    readable = ", ".join(t for t in KIND_TABLES if t != "secrets")
+    op.execute(f"GRANT SELECT ON {readable}, qm_audit TO qm_reporting")
 
 
 def downgrade() -> None:
