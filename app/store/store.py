@@ -9,7 +9,6 @@ cluster-wide, commit-ordered revision a client sees is assigned later by the rev
 
 from __future__ import annotations
 
-import json
 import random
 import uuid
 from dataclasses import dataclass
@@ -362,7 +361,8 @@ class Store:
 
     # -- owner references ----------------------------------------------------------------
     async def _dependents(self, conn: Conn, owner_uid: str) -> list[Stored]:
-        pattern = json.dumps([{"uid": owner_uid}])
+        # A Python value, not JSON text: the pool's jsonb codec encodes parameters itself.
+        pattern = [{"uid": owner_uid}]
         found: list[Stored] = []
         for kind in KINDS:
             for rec in await conn.fetch(sql.dependents(kind), pattern):
