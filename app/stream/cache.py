@@ -350,10 +350,18 @@ class WatchCache:
         """The cached version of a write this server just committed, once the stream has it."""
         current = self.by_uid.get(uid) or self.deleted.get(uid)
         if current is not None and current.row_version >= row_version:
-            return current
+            return self._exact(uid, row_version) or current
         result = await self._wait(uid, row_version, timeout)
         assert result is not None
         return result
+
+    def _exact(self, uid: str, row_version: int, depth: int = 50_000) -> Cached | None:
+        """The version a writer produced, if a later write already replaced it."""
+        for i in range(len(self.window) - 1, max(-1, len(self.window) - 1 - depth), -1):
+            c = self.window[i].new
+            if c.uid == uid and c.row_version <= row_version:
+                return c if c.row_version == row_version else None
+        return None
 
     async def wait_deleted(self, uid: str, timeout: float = 10.0) -> None:
         if uid not in self.by_uid:

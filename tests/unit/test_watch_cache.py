@@ -151,7 +151,8 @@ async def test_a_writer_whose_object_was_already_deleted_is_answered() -> None:
     c = WatchCache()
     c.apply([entry(1, "a", "A"), entry(2, "a"), entry(3, "a", "D")])
     got = await c.wait_for("uid-a", 20, timeout=0.5)
-    assert got.revision == 3
+    assert got.revision == 2  # the version this writer made, though it is deleted since
+    assert (await c.wait_for("uid-a", 30, timeout=0.5)).revision == 3
 
 
 def test_history_rebuilt_without_previous_versions_reports_modified() -> None:
@@ -162,3 +163,10 @@ def test_history_rebuilt_without_previous_versions_reports_modified() -> None:
     w = Watcher(POD, "ns", lambda labels: True, None)
     c.watch(w, 4)
     assert [t for t, _, _ in drain(w)] == ["MODIFIED", "MODIFIED"]
+
+
+async def test_a_writer_gets_its_own_version_even_when_a_later_one_is_cached() -> None:
+    c = WatchCache()
+    c.apply([entry(1, "a", "A"), entry(2, "a"), entry(3, "a")])
+    got = await c.wait_for("uid-a", 20, timeout=0.5)
+    assert got.revision == 2
