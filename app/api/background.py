@@ -32,7 +32,8 @@ class RevisionerProcess:
     def start(self) -> None:
         if os.environ.get("QM_REVISIONER", "embedded") == "external":
             return
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.stream"], env=os.environ.copy())
+        env = {**os.environ, "QM_DIE_WITH_PARENT": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.stream"], env=env)
 
     def alive(self) -> bool:
         return self.proc is None or self.proc.poll() is None

@@ -6,6 +6,8 @@ server starts one beside itself unless ``QM_REVISIONER=external`` says it runs e
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -14,7 +16,15 @@ import threading
 from app.stream.revisioner import Revisioner
 
 
+def _die_with_parent() -> None:
+    """Linux: end with the API server that started us, even if it was SIGKILLed."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def main() -> None:
+    if os.environ.get("QM_DIE_WITH_PARENT") == "1":
+        _die_with_parent()
     logging.basicConfig(
         level=os.environ.get("QM_LOG_LEVEL", "warning").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
