@@ -97,8 +97,13 @@ async def version() -> Response[Any]:
     )
 
 
-@get(["/healthz", "/livez"], operation_id="getHealth", tags=["health"], media_type="text/plain")
+@get("/healthz", operation_id="getHealth", tags=["health"], media_type="text/plain")
 async def healthz() -> str:
+    return "ok"
+
+
+@get("/livez", operation_id="getLive", tags=["health"], media_type="text/plain")
+async def livez() -> str:
     return "ok"
 
 
@@ -138,4 +143,4 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HANDLERS = [apis, api_group, api_resources, version, healthz, readyz, openapi_v3, metrics]
+HANDLERS = [apis, api_group, api_resources, version, healthz, livez, readyz, openapi_v3, metrics]
