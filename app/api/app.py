@@ -46,7 +46,9 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     await cache.start(stream_database_url())
     store = Store(pool)
     app.state.objects = Objects(store, cache)
-    app.state.auth = Authenticator(pool)
+    app.state.auth = Authenticator(
+        pool, max_inflight_per_user=int(os.environ.get("QM_MAX_INFLIGHT_PER_USER", "200"))
+    )
     app.state.revisioner = revisioner
     await _ensure_default_namespace(store)
     keeper = asyncio.create_task(housekeeping(store, stream_database_url(), revisioner))
