@@ -13,7 +13,8 @@ from typing import Any
 
 from app.core.kinds import API_VERSION, Kind
 
-METADATA_COLUMNS = (
+# The columns every kind table has, in table order; the store and the revisioner select these.
+COLUMNS = (
     "uid",
     "namespace",
     "name",

@@ -10,24 +10,8 @@ from __future__ import annotations
 from functools import cache
 
 from app.core.kinds import Kind
+from app.core.objects import COLUMNS
 
-COLUMNS = (
-    "uid",
-    "namespace",
-    "name",
-    "generate_name",
-    "labels",
-    "annotations",
-    "owner_references",
-    "finalizers",
-    "creation_timestamp",
-    "deletion_timestamp",
-    "deletion_grace_period_seconds",
-    "generation",
-    "row_version",
-    "spec",
-    "status",
-)
 COLS = ", ".join(COLUMNS)
 
 _AUDIT = (

@@ -17,9 +17,7 @@ Runs as a thread (psycopg2 is the only driver that speaks the streaming replicat
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
 import re
 import select
 import threading
@@ -35,9 +33,10 @@ import psycopg2
 import psycopg2.extras
 
 from app.core.kinds import BY_KIND, BY_TABLE, Kind
-from app.core.objects import render
+from app.core.objects import COLUMNS, render
 from app.stream.log import LogEntry
-from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, format_lsn, parse_lsn
+from app.stream.logwriter import Batch, LogWriter, append, compact
+from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, parse_lsn
 from app.stream.render import columns_from_object, render_json, with_revision
 
 log = logging.getLogger(__name__)
@@ -60,18 +59,6 @@ class Previous:
     row_version: int
     raw: str
     columns: dict[str, str]
-
-
-def _copy_text(value: str) -> str:
-    """Escape a value for COPY's text format."""
-    return (
-        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    )
-
-
-def _copy_json(text: str) -> str:
-    """JSON text holds no raw tab, newline or carriage return; only backslashes need escaping."""
-    return text.replace("\\", "\\\\") if "\\" in text else text
 
 
 class Revisioner:
@@ -131,7 +118,7 @@ class Revisioner:
             seeded: dict[str, int] = {}
             if created:
                 seeded = self._reseed(db)
-            writer = _Writer(self)
+            writer = LogWriter(self)
             compactor = threading.Thread(
                 target=self._compact_loop, args=(writer.done,), daemon=True, name="compactor"
             )
@@ -161,7 +148,7 @@ class Revisioner:
     def _stream(
         self,
         lookups: psycopg.Connection[Any],
-        writer: _Writer,
+        writer: LogWriter,
         stop: threading.Event,
         seeded: dict[str, int],
     ) -> None:
@@ -206,7 +193,7 @@ class Revisioner:
                     if entries:
                         next_revision = entries[-1].revision
                     last_lsn = pending[-1].commit_lsn
-                    writer.submit(_Batch(entries, next_revision, last_lsn, pending[-1].end_lsn))
+                    writer.submit(Batch(entries, next_revision, last_lsn, pending[-1].end_lsn))
                     if seeded and last_lsn > self._seed_lsn:
                         seeded.clear()  # the stream is past the reseed snapshot
                     pending, npending = [], 0
@@ -277,27 +264,7 @@ class Revisioner:
     def _write(
         self, db: psycopg.Connection[Any], entries: list[LogEntry], rev: int, lsn: int
     ) -> None:
-        with db.transaction():
-            if entries:
-                lines = [
-                    f"{e.revision}\t{e.kind.kind}\t{e.uid}\t{_copy_text(e.namespace)}\t"
-                    f"{_copy_text(e.name)}\t{e.row_version}\t{e.op}\t{_copy_json(e.raw)}\t"
-                    f"{format_lsn(e.commit_lsn)}\n"
-                    for e in entries
-                ]
-                with db.cursor().copy(
-                    "COPY qm_revision_log (revision, kind, uid, namespace, name, row_version, op,"
-                    " object, commit_lsn) FROM STDIN"
-                ) as copy:
-                    copy.write("".join(lines).encode())
-            cur = db.execute(
-                "UPDATE qm_stream_state SET last_revision = %s, last_commit_lsn = %s::pg_lsn,"
-                " updated_at = now() WHERE id = 1 AND last_revision = %s",
-                (rev, format_lsn(lsn), self.last_revision),
-            )
-            if cur.rowcount != 1:
-                raise RuntimeError("another revisioner advanced the stream; stepping down")
-            db.execute("SELECT pg_notify('qm_stream', %s)", (str(rev),))
+        append(db, entries, self.last_revision, rev, lsn)
         self.last_revision, self.last_lsn = rev, lsn
 
     def _entry(
@@ -414,9 +381,9 @@ class Revisioner:
         assert lsn_row is not None
         self._seed_lsn = parse_lsn(lsn_row[0])
         for kind in BY_TABLE.values():
-            cols = ", ".join(_select_columns())
+            cols = ", ".join(COLUMNS)
             for rec in db.execute(f"SELECT {cols} FROM {kind.table}"):
-                row = dict(zip(_select_columns(), rec, strict=True))
+                row = dict(zip(COLUMNS, rec, strict=True))
                 row["uid"] = str(row["uid"])
                 uid, version = row["uid"], int(row["row_version"])
                 seen[uid] = version
@@ -473,7 +440,7 @@ class Revisioner:
             while not stop.wait(self.compact_every_s):
                 cutoff = self._cutoff()
                 if cutoff:
-                    self.compact(db, cutoff)
+                    compact(db, cutoff)
 
     def _cutoff(self) -> int:
         """The newest revision written more than ``retain_s`` ago (0: none yet)."""
@@ -482,104 +449,6 @@ class Revisioner:
         while self.marks and self.marks[0][1] < limit:
             best = self.marks.popleft()[0]
         return best
-
-    def compact(self, db: psycopg.Connection[Any], upto: int, batch: int = 10_000) -> int:
-        """Drop history up to revision ``upto`` in small batches, keeping the latest entry of
-        every live object so the log always holds the whole current state."""
-        total = 0
-        row = db.execute("SELECT compacted_revision FROM qm_stream_state WHERE id = 1").fetchone()
-        low = int(row[0]) if row else 0
-        while low < upto:
-            high = min(upto, low + batch)
-            cur = db.execute(
-                """
-                DELETE FROM qm_revision_log l
-                WHERE l.revision > %s AND l.revision <= %s
-                  AND (l.op = 'D' OR EXISTS (SELECT 1 FROM qm_revision_log n
-                                             WHERE n.uid = l.uid AND n.revision > l.revision))
-                """,
-                (low, high),
-            )
-            total += cur.rowcount
-            db.execute(
-                "UPDATE qm_stream_state SET compacted_revision = GREATEST(compacted_revision, %s)"
-                " WHERE id = 1",
-                (high,),
-            )
-            low = high
-        return total
-
-
-@dataclass(slots=True)
-class _Batch:
-    entries: list[LogEntry]
-    revision: int
-    commit_lsn: int
-    end_lsn: int
-
-
-class _Writer:
-    """Appends rendered batches to the log on its own connection and thread, so decoding the
-    next batch overlaps with committing this one. Errors surface on the reader's next check."""
-
-    def __init__(self, owner: Revisioner) -> None:
-        self.owner = owner
-        self.queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=8)
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.confirmed_lsn = 0
-        self.submitted = 0
-        self.written = 0
-        self._thread = threading.Thread(target=self._run, daemon=True, name="log-writer")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, batch: _Batch) -> None:
-        self.submitted += 1
-        while True:
-            self.check()
-            try:
-                self.queue.put(batch, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-
-    def idle(self) -> bool:
-        """True when every submitted batch has been committed (not merely dequeued)."""
-        return self.written == self.submitted
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise RuntimeError("the log writer failed") from self.error
-        if not self._thread.is_alive() and not self.done.is_set():
-            raise RuntimeError("the log writer stopped")
-
-    def close(self) -> None:
-        self.done.set()
-        with contextlib.suppress(queue.Full):
-            self.queue.put_nowait(None)
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.owner.dsn, autocommit=True) as db:
-                while not self.done.is_set():
-                    try:
-                        batch = self.queue.get(timeout=0.5)
-                    except queue.Empty:
-                        continue
-                    if batch is None:
-                        return
-                    self.owner._write(db, batch.entries, batch.revision, batch.commit_lsn)
-                    self.confirmed_lsn = batch.end_lsn
-                    self.written += 1
-                    self.owner.marks.append((batch.revision, time.monotonic()))
-                    if self.owner.on_commit is not None and batch.entries:
-                        self.owner.on_commit(batch.entries)
-        except BaseException as exc:
-            self.error = exc
-            log.exception("log writer failed")
 
 
 def _raw(kind: Kind, row: dict[str, Any], revision: int) -> str:
@@ -592,23 +461,3 @@ def slot_name(database: str) -> str:
     """One slot per database (slots are cluster-wide objects; names allow [a-z0-9_])."""
     clean = re.sub(r"[^a-z0-9_]", "_", database.lower())
     return (SLOT_PREFIX + clean)[:63]
-
-
-def _select_columns() -> tuple[str, ...]:
-    return (
-        "uid",
-        "namespace",
-        "name",
-        "generate_name",
-        "labels",
-        "annotations",
-        "owner_references",
-        "finalizers",
-        "creation_timestamp",
-        "deletion_timestamp",
-        "deletion_grace_period_seconds",
-        "generation",
-        "row_version",
-        "spec",
-        "status",
-    )
