@@ -30,7 +30,7 @@ from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http_ok
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE_DIR = ROOT / ".qm"
+STATE_DIR = Path(os.environ.get("QM_STATE_DIR") or ROOT / ".qm")
 DEFAULT_API_PORT = 8080
 
 
