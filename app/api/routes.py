@@ -16,7 +16,13 @@ from litestar.response import Stream
 
 from app.api import watch
 from app.api.auth import Authenticator
-from app.api.responses import json_response, list_body, raw_response, success_status
+from app.api.responses import (
+    error_response,
+    json_response,
+    list_body,
+    raw_response,
+    success_status,
+)
 from app.api.service import Objects, decode_body
 from app.core import errors
 from app.core.kinds import API_VERSION, KINDS, Kind
@@ -42,8 +48,6 @@ async def guarded(
         finally:
             auth.leave(user)
     except errors.StatusError as exc:
-        from app.api.responses import error_response
-
         return error_response(exc)
 
 
