@@ -21,6 +21,7 @@ from app.core.admission import admit
 from app.core.fields import parse_field_selector
 from app.core.kinds import API_VERSION, BY_KIND, Kind
 from app.core.labels import parse_selector
+from app.core.objects import split
 from app.core.patch import json_patch, merge_patch
 from app.store.store import Store
 from app.store.tokens import User
@@ -401,13 +402,14 @@ class Objects:
                     spec["priorityClassName"] = default.name
 
 
+STORED_BY_UPDATE = ("labels", "annotations", "owner_references", "finalizers", "spec")
+
+
 def _same_desired(kind: Kind, new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """Whether an update would change nothing the store keeps (so it can be skipped)."""
-    keys = ("labels", "annotations", "ownerReferences", "finalizers")
-    nm, om = new.get("metadata") or {}, old.get("metadata") or {}
-    if any((nm.get(k) or None) != (om.get(k) or None) for k in keys):
-        return False
-    return all(new.get(f) == old.get(f) for f in kind.spec_fields)
+    """Whether an update would change none of the columns it writes (so it can be skipped);
+    compared as stored, so an absent ``spec`` equals an empty one."""
+    a, b = split(kind, new), split(kind, old)
+    return all(a[c] == b[c] for c in STORED_BY_UPDATE)
 
 
 def _encode_continue(after: tuple[str, str], revision: int) -> str:
