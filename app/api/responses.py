@@ -35,13 +35,10 @@ def list_body(
     items: Iterable[bytes],
     revision: int,
     cont: str | None,
-    remaining: int | None = None,
 ) -> bytes:
     meta: dict[str, Any] = {"resourceVersion": str(revision)}
     if cont:
         meta["continue"] = cont
-        if remaining is not None:
-            meta["remainingItemCount"] = remaining
     head = _enc.encode({"kind": kind.list_kind, "apiVersion": API_VERSION, "metadata": meta})
     return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 

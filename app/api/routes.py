@@ -101,7 +101,7 @@ async def _list_or_watch(
             media_type="application/json",
             headers={"Cache-Control": "no-cache", "Transfer-Encoding": "chunked"},
         )
-    items, revision, cont, remaining = await objects.list(
+    items, revision, cont = await objects.list(
         kind,
         namespace,
         label_selector=q.get("labelSelector"),
@@ -110,7 +110,7 @@ async def _list_or_watch(
         cont=q.get("continue"),
         resource_version=q.get("resourceVersion"),
     )
-    return raw_response(list_body(kind, items, revision, cont, remaining))
+    return raw_response(list_body(kind, items, revision, cont))
 
 
 def _delete_options(request: Request[Any, Any, Any], body: bytes) -> dict[str, Any]:

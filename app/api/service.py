@@ -152,7 +152,7 @@ class Objects:
         limit: int | None,
         cont: str | None,
         resource_version: str | None,
-    ) -> tuple[list[bytes], int, str | None, int | None]:
+    ) -> tuple[list[bytes], int, str | None]:
         if resource_version not in (None, "", "0"):
             await self.cache.wait_revision(_parse_rv(resource_version))
         labels, fields = self.matchers(kind, label_selector, field_selector)
@@ -171,7 +171,7 @@ class Objects:
             items.append(c.raw)
             last = c
         token = _encode_continue((last.namespace, last.name), revision) if more and last else None
-        return items, revision, token, None
+        return items, revision, token
 
     # -- writes ----------------------------------------------------------------------
     async def create(self, kind: Kind, namespace: str, body: bytes, user: User) -> Cached:
