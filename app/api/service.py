@@ -266,9 +266,10 @@ class Objects:
         old = current.obj()
         if status:
             merged = dict(old)
-            merged["status"] = obj.get("status") or {}
+            merged["status"] = obj.get("status") if obj.get("status") is not None else {}
             if merged["status"] == old.get("status"):
                 return current  # nothing to write: same resourceVersion, as Kubernetes does
+            merged = admit(kind, merged, old)  # the whole object stays valid, status included
             stored = await self.store.update_status(
                 kind, merged, current.row_version, actor=user.name, verb=verb
             )

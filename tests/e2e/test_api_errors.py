@@ -812,3 +812,23 @@ def test_bogus_continue_token(http, token: str) -> None:
     path = f"{API}/namespaces/{NS_PAGING}/configmaps"
     body = status_of(http.get(path, params={"limit": "10", "continue": token}), 400, "BadRequest")
     assert "continue" in body["message"]
+
+
+def test_a_status_that_is_not_an_object_is_refused(http, db) -> None:  # type: ignore[no-untyped-def]
+    pod = {
+        "metadata": {"name": "status-shape"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    r = http.post(f"{API}/namespaces/{NS}/pods", json=pod)
+    assert r.status_code == 201, r.text
+    with nothing_written(db):
+        bad = http.patch(
+            f"{API}/namespaces/{NS}/pods/status-shape/status",
+            content=b'{"status": "running"}',
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        body = status_of(bad, 422, "Invalid")
+    assert "status" in causes_of(body)
+    assert http.get(f"{API}/namespaces/{NS}/pods/status-shape").json()["status"] == {
+        "phase": "Pending"
+    }
