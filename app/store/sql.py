@@ -157,6 +157,19 @@ def exists_uid(kind: Kind) -> str:
 
 
 @cache
+def terminating_namespaces() -> str:
+    return (
+        f"SELECT {COLS} FROM namespaces WHERE deletion_timestamp IS NOT NULL"
+        " AND finalizers @> '[\"quaymaster.io/namespace-contents\"]'::jsonb"
+    )
+
+
+@cache
+def in_namespace(kind: Kind) -> str:
+    return f"SELECT {COLS} FROM {kind.table} WHERE namespace = $1 LIMIT $2"
+
+
+@cache
 def foreground_pending(kind: Kind) -> str:
     return (
         f"SELECT {COLS} FROM {kind.table} WHERE deletion_timestamp IS NOT NULL"

@@ -9,6 +9,7 @@ cluster-wide, commit-ordered revision a client sees is assigned later by the rev
 
 from __future__ import annotations
 
+import contextlib
 import random
 import uuid
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
-from app.core.kinds import KINDS, Kind
+from app.core.kinds import BY_KIND, KINDS, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
 from app.store import sql
@@ -27,6 +28,7 @@ from app.store import sql
 _enc = msgspec.json.Encoder()
 Conn = asyncpg.Connection | PoolConnectionProxy
 FOREGROUND = "foregroundDeletion"
+NAMESPACE_CONTENTS = "quaymaster.io/namespace-contents"
 ORPHAN = "orphan"
 PROPAGATIONS = ("Background", "Foreground", "Orphan")
 
@@ -285,6 +287,8 @@ class Store:
         actor: str | None,
     ) -> Stored | None:
         finalizers = list(cur.row["finalizers"] or [])
+        if cur.kind.kind == "Namespace" and NAMESPACE_CONTENTS not in finalizers:
+            finalizers.append(NAMESPACE_CONTENTS)  # emptied by sweep_namespaces, then gone
         if propagation == "Orphan":
             await self._orphan(conn, cur.uid)
         elif (
@@ -422,6 +426,43 @@ class Store:
                     except asyncpg.PostgresError:
                         continue
                     done += 1
+        return done + await self.sweep_namespaces()
+
+    async def sweep_namespaces(self, per_pass: int = 1000) -> int:
+        """Empty namespaces being deleted, a bounded number of objects per pass (each deleted by
+        the usual rules: finalizers and running pods are waited for), then let them go."""
+        ns_kind = BY_KIND["Namespace"]
+        done = 0
+        for rec in await self.pool.fetch(sql.terminating_namespaces()):
+            ns = _stored(ns_kind, rec)
+            name = ns.row["name"]
+            if (ns.row["status"] or {}).get("phase") != "Terminating":
+                with contextlib.suppress(errors.Conflict, errors.NotFound):
+                    ns = await self.update_status(
+                        ns_kind, dict(ns.obj, status={"phase": "Terminating"}), ns.row_version
+                    )
+            remaining = 0
+            for kind in KINDS:
+                if not kind.namespaced:
+                    continue
+                for row in await self.pool.fetch(sql.in_namespace(kind), name, per_pass):
+                    remaining += 1
+                    obj = _stored(kind, row)
+                    if obj.deleting:
+                        continue
+                    async with self.pool.acquire() as conn, conn.transaction():
+                        with contextlib.suppress(asyncpg.PostgresError):
+                            await self._delete_locked(conn, obj, "Background", None, None)
+                            done += 1
+            if remaining == 0:
+                rest = [f for f in ns.row["finalizers"] if f != NAMESPACE_CONTENTS]
+                async with self.pool.acquire() as conn, conn.transaction():
+                    rec2 = await conn.fetchrow(
+                        sql.mark_deleting(ns_kind), "", name, ns.row_version, None, rest
+                    )
+                    if rec2 is not None and not rest:
+                        await self._remove(conn, _stored(ns_kind, rec2), None)
+                done += 1
         return done
 
 
