@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from app.core.kinds import Kind
+from app.core.kinds import KINDS, Kind
 from app.core.objects import COLUMNS
 
 COLS = ", ".join(COLUMNS)
@@ -136,10 +136,12 @@ def audit() -> str:
 
 
 @cache
-def dependents(kind: Kind) -> str:
-    return (
-        f"SELECT {COLS} FROM {kind.table} WHERE owner_references @> $1::jsonb"
-        " AND owner_references <> '[]'::jsonb"
+def dependents() -> str:
+    """Objects of any kind that name an owner (``$1``: ``[{"uid": ...}]``), in one query."""
+    return "\nUNION ALL\n".join(
+        f"SELECT '{k.kind}' AS kind_name, {COLS} FROM {k.table}"
+        " WHERE owner_references @> $1::jsonb AND owner_references <> '[]'::jsonb"
+        for k in KINDS
     )
 
 
@@ -152,8 +154,13 @@ WHERE namespace = $1 AND name = $2 RETURNING {COLS}"""
 
 
 @cache
-def exists_uid(kind: Kind) -> str:
-    return f"SELECT 1 FROM {kind.table} WHERE uid = $1"
+def any_uid_exists() -> str:
+    """Whether any object of any kind has one of the uids ``$1``."""
+    return (
+        "SELECT EXISTS ("
+        + " UNION ALL ".join(f"SELECT 1 FROM {k.table} WHERE uid = ANY($1::uuid[])" for k in KINDS)
+        + ")"
+    )
 
 
 @cache

@@ -367,10 +367,11 @@ class Store:
     async def _dependents(self, conn: Conn, owner_uid: str) -> list[Stored]:
         # A Python value, not JSON text: the pool's jsonb codec encodes parameters itself.
         pattern = [{"uid": owner_uid}]
-        found: list[Stored] = []
-        for kind in KINDS:
-            for rec in await conn.fetch(sql.dependents(kind), pattern):
-                found.append(_stored(kind, rec))
+        found = []
+        for rec in await conn.fetch(sql.dependents(), pattern):
+            dep = _stored(BY_KIND[rec["kind_name"]], rec)
+            del dep.row["kind_name"]
+            found.append(dep)
         return found
 
     async def _has_dependents(self, conn: Conn, owner_uid: str) -> bool:
@@ -397,15 +398,11 @@ class Store:
             await self._delete_locked(conn, dep, "Background", None, actor)
 
     async def _any_exists(self, conn: Conn, uids: list[str]) -> bool:
+        parsed = []
         for uid in uids:
-            try:
-                parsed = uuid.UUID(uid)
-            except ValueError:
-                continue
-            for kind in KINDS:
-                if await conn.fetchval(sql.exists_uid(kind), parsed):
-                    return True
-        return False
+            with contextlib.suppress(ValueError):
+                parsed.append(uuid.UUID(uid))
+        return bool(parsed) and bool(await conn.fetchval(sql.any_uid_exists(), parsed))
 
     async def sweep_deletions(self) -> int:
         """Finish deletions that were waiting: foreground owners whose dependents are gone and
