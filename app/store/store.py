@@ -290,7 +290,7 @@ class Store:
         if cur.kind.kind == "Namespace" and NAMESPACE_CONTENTS not in finalizers:
             finalizers.append(NAMESPACE_CONTENTS)  # emptied by sweep_namespaces, then gone
         if propagation == "Orphan":
-            await self._orphan(conn, cur.uid)
+            await self._orphan(conn, cur.uid, actor)
         elif (
             propagation == "Foreground"
             and FOREGROUND not in finalizers
@@ -359,8 +359,8 @@ class Store:
             before.row["name"],
             before.row["uid"],
             "",
-            _jsonable(before.row),
-            _jsonable(after.row) if after else None,
+            _image(before),
+            _image(after) if after else None,
         )
 
     # -- owner references ----------------------------------------------------------------
@@ -377,11 +377,17 @@ class Store:
     async def _has_dependents(self, conn: Conn, owner_uid: str) -> bool:
         return bool(await self._dependents(conn, owner_uid))
 
-    async def _orphan(self, conn: Conn, owner_uid: str) -> None:
+    async def _orphan(self, conn: Conn, owner_uid: str, actor: str | None) -> None:
         for dep in await self._dependents(conn, owner_uid):
-            await conn.fetchrow(
-                sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
-            )
+            await self._drop_owner(conn, dep, owner_uid, actor)
+
+    async def _drop_owner(self, conn: Conn, dep: Stored, owner_uid: str, actor: str | None) -> None:
+        """Remove one ownerReference from a dependent, audited like any other write."""
+        rec = await conn.fetchrow(
+            sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
+        )
+        if rec is not None:
+            await self._audit(conn, actor, "update", dep, _stored(dep.kind, rec))
 
     async def _cascade(self, conn: Conn, owner_uid: str, actor: str | None) -> None:
         """Delete what ``owner_uid`` owned; dependents with other live owners only lose the
@@ -389,9 +395,7 @@ class Store:
         for dep in await self._dependents(conn, owner_uid):
             others = [r for r in dep.row["owner_references"] if r.get("uid") != owner_uid]
             if others and await self._any_exists(conn, [r.get("uid", "") for r in others]):
-                await conn.fetchrow(
-                    sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
-                )
+                await self._drop_owner(conn, dep, owner_uid, actor)
                 continue
             if dep.deleting:
                 continue
@@ -478,6 +482,14 @@ def _json(value: Any) -> str:
 
 def _ns(kind: Kind, namespace: str | None) -> str:
     return (namespace or "") if kind.namespaced else ""
+
+
+def _image(stored: Stored) -> dict[str, Any]:
+    """A row as the audit trail keeps it: JSON-ready, and without a Secret's data."""
+    row = _jsonable(stored.row)
+    if stored.kind.kind == "Secret":
+        row.pop("spec", None)
+    return row
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

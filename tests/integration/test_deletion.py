@@ -377,3 +377,27 @@ async def test_sql_update_shows_through_get_and_watch(api_server, http, db) -> N
     (ev,) = events
     assert ev["type"] == "MODIFIED"
     assert ev["object"] == got
+
+
+def test_cascade_writes_are_audited_and_secret_data_is_not(http, db) -> None:  # type: ignore[no-untyped-def]
+    owner = create(http, "configmaps", cm("audit-owner"))
+    dep = create(http, "configmaps", cm("audit-dep", ownerReferences=[ref(owner)]))
+    r = http.delete(path("configmaps", "audit-owner"), params={"propagationPolicy": "Orphan"})
+    assert r.status_code == 200, r.text
+    row = db.execute(
+        "SELECT username, verb, before->'owner_references', after->'owner_references'"
+        " FROM qm_audit WHERE uid = %s ORDER BY id DESC LIMIT 1",
+        (dep["metadata"]["uid"],),
+    ).fetchone()
+    assert row is not None and row[0] and row[1] == "update"
+    assert row[2] and row[3] == []
+
+    secret = create(
+        http, "secrets", {"metadata": {"name": "audit-secret"}, "data": {"k": "c2VjcmV0"}}
+    )
+    assert http.delete(path("secrets", "audit-secret")).status_code == 200
+    images = db.execute(
+        "SELECT before, after FROM qm_audit WHERE uid = %s", (secret["metadata"]["uid"],)
+    ).fetchall()
+    assert len(images) == 2
+    assert all("spec" not in (img or {}) for pair in images for img in pair)
