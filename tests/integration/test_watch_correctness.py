@@ -135,14 +135,20 @@ async def test_watch_sees_exactly_committed_changes_in_order(api_server, pg_url)
         *(_writer(pg_url, w, committed, multi, random.Random(rng.random())) for w in range(WRITERS))
     )
     expected_events = len(committed)
-    # Wait until everything committed is visible, then stop the watcher.
+    final: dict[str, int] = {}
+    for name, n in committed:
+        final[name] = max(n, final.get(name, 0))
+    # Wait until a list shows every object at its last committed write, then end the live watch.
     async with httpx.AsyncClient(base_url=api_server.url, headers=headers) as c:
         for _ in range(600):
             lst = (await c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps")).json()
-            if sum(1 for _ in lst["items"]) == WRITERS * PER_WRITER:
+            shown = {i["metadata"]["name"]: int(i["data"]["n"]) for i in lst["items"]}
+            if shown == final:
                 last_rev = int(lst["metadata"]["resourceVersion"])
                 break
             await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the list never showed the last committed writes")
         r = await c.post(
             f"/apis/quaymaster.io/v1/namespaces/{NS}/configmaps",
             json={
