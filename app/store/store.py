@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -35,13 +35,22 @@ PROPAGATIONS = ("Background", "Foreground", "Orphan")
 
 @dataclass(slots=True)
 class Stored:
-    """An object as committed, with the row version to make the next write conditional on."""
+    """An object as committed, with the row version to make the next write conditional on.
+
+    ``obj`` is rendered on first use: the API answers from its watch cache and never needs it,
+    so writes do not pay for it."""
 
     kind: Kind
-    obj: dict[str, Any]
     uid: str
     row_version: int
     row: dict[str, Any]
+    _obj: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        if self._obj is None:
+            self._obj = render(self.kind, self.row)
+        return self._obj
 
     @property
     def deleting(self) -> bool:
@@ -61,7 +70,7 @@ class Written:
 def _stored(kind: Kind, rec: asyncpg.Record | None) -> Stored:
     assert rec is not None, "a conditional write returned no row where one was certain"
     row = dict(rec)
-    return Stored(kind, render(kind, row), str(row["uid"]), int(row["row_version"]), row)
+    return Stored(kind, str(row["uid"]), int(row["row_version"]), row)
 
 
 class Store:
