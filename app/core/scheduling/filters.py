@@ -1,0 +1,369 @@
+"""Filters: which nodes may take a pod, as boolean masks over the snapshot's slots.
+
+Each filter returns a mask of the nodes that pass. :func:`feasible` combines them on the fast
+path; :func:`explain` runs every filter over every node and counts the nodes each one turned
+away, which is what a pending pod's ``PodScheduled=False`` message reports.
+
+Filters whose answer depends only on node labels and taints (node selector, required node
+affinity, tolerations) are cached per requirement set and static epoch: the 100,000 tasks of
+one job compute them once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.core.scheduling.podinfo import NodeTerm, PodInfo, PodTerm, Requirements
+from app.core.scheduling.snapshot import BOOL, I64, Snapshot, Taint
+
+HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+# Reasons, as they appear in "0/N nodes available: ..." messages.
+R_CORDONED = "node(s) cordoned"
+R_NOT_READY = "node(s) not ready"
+R_CPU = "insufficient cpu"
+R_MEMORY = "insufficient memory"
+R_GPU = "insufficient nvidia.com/gpu"
+R_PODS = "too many pods"
+R_SELECTOR = "didn't match node selector/affinity"
+R_PORTS = "host port conflict"
+R_AFFINITY = "didn't match pod affinity rules"
+R_ANTI = "didn't match pod anti-affinity rules"
+R_SPREAD = "didn't match topology spread constraints"
+
+
+@dataclass
+class FilterCache:
+    """Masks that depend only on node labels and taints, per requirement set."""
+
+    epoch: int = -1
+    static: dict[Requirements, BOOL] = field(default_factory=dict)
+
+    def static_mask(self, snap: Snapshot, req: Requirements) -> BOOL:
+        if self.epoch != snap.static_epoch or any(
+            len(m) != snap.cap for m in list(self.static.values())[:1]
+        ):
+            self.static.clear()
+            self.epoch = snap.static_epoch
+        mask = self.static.get(req)
+        if mask is None:
+            mask = node_selector_mask(snap, req) & taint_mask(snap, req)
+            if len(self.static) > 4096:
+                self.static.clear()
+            self.static[req] = mask
+        return mask
+
+
+# -- node labels ---------------------------------------------------------------------------
+def _requirement_mask(snap: Snapshot, key: str, op: str, values: tuple[str, ...]) -> BOOL:
+    if op == "In":
+        mask = np.zeros(snap.cap, dtype=np.bool_)
+        for v in values:
+            mask |= snap.label_mask(key, v)
+        return mask
+    if op == "NotIn":
+        mask = np.ones(snap.cap, dtype=np.bool_)
+        for v in values:
+            mask &= ~snap.label_mask(key, v)
+        return mask
+    if op == "Exists":
+        return snap.key_mask(key).copy()
+    if op == "DoesNotExist":
+        return ~snap.key_mask(key)
+    if op in ("Gt", "Lt") and len(values) == 1:
+        try:
+            bound = int(values[0])
+        except ValueError:
+            return np.zeros(snap.cap, dtype=np.bool_)
+        mask = np.zeros(snap.cap, dtype=np.bool_)
+        for slot, n in snap.iter_nodes():
+            text = n.labels.get(key)
+            if text is None:
+                continue
+            try:
+                number = int(text)
+            except ValueError:
+                continue
+            mask[slot] = number > bound if op == "Gt" else number < bound
+        return mask
+    return np.zeros(snap.cap, dtype=np.bool_)
+
+
+def node_term_mask(snap: Snapshot, term: NodeTerm) -> BOOL:
+    """Nodes matching every requirement of one node selector term (an empty term: none)."""
+    if not term.requirements:
+        return np.zeros(snap.cap, dtype=np.bool_)
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for r in term.requirements:
+        mask &= _requirement_mask(snap, r.key, r.operator, r.values)
+    return mask
+
+
+def node_selector_mask(snap: Snapshot, req: Requirements) -> BOOL:
+    """``nodeSelector`` (which includes the machine class label) and required node affinity."""
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for key, value in req.node_selector:
+        mask &= snap.label_mask(key, value)
+    if req.required_node_terms:
+        any_term = np.zeros(snap.cap, dtype=np.bool_)
+        for term in req.required_node_terms:
+            any_term |= node_term_mask(snap, term)
+        mask &= any_term
+    return mask
+
+
+# -- taints --------------------------------------------------------------------------------
+def untolerated(req: Requirements, taints: tuple[Taint, ...]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint the pod does not tolerate."""
+    for t in taints:
+        if t.effect in HARD_EFFECTS and not any(
+            tol.tolerates(t.key, t.value, t.effect) for tol in req.tolerations
+        ):
+            return t
+    return None
+
+
+def taint_mask(snap: Snapshot, req: Requirements) -> BOOL:
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    verdicts: dict[tuple[Taint, ...], bool] = {}
+    for slot, n in snap.iter_nodes():
+        if not n.taints:
+            continue
+        ok = verdicts.get(n.taints)
+        if ok is None:
+            ok = verdicts[n.taints] = untolerated(req, n.taints) is None
+        mask[slot] = ok
+    return mask
+
+
+# -- resources -----------------------------------------------------------------------------
+def limits(snap: Snapshot, req: Requirements) -> tuple[I64, I64]:
+    """Production pods are held to allocatable; batch pods to batch-allocatable."""
+    if req.batch:
+        return snap.batch_cpu, snap.batch_mem
+    return snap.alloc_cpu, snap.alloc_mem
+
+
+def _own_hold(snap: Snapshot, pod: PodInfo) -> tuple[int, int, int, int, int]:
+    """(slot, cpu, memory, gpu, pods) of the room held for this pod itself, if nominated."""
+    held = snap.nominated.get(pod.uid)
+    if held is None:
+        return -1, 0, 0, 0, 0
+    slot, cpu, mem, gpu = held
+    return slot, cpu, mem, gpu, 1
+
+
+def resource_masks(snap: Snapshot, pod: PodInfo) -> tuple[BOOL, BOOL, BOOL, BOOL]:
+    """Per-resource fit masks: cpu, memory, gpu, pod count."""
+    r = pod.req
+    lim_cpu, lim_mem = limits(snap, r)
+    slot, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
+    cpu = lim_cpu - snap.used_cpu - snap.held_cpu
+    mem = lim_mem - snap.used_mem - snap.held_mem
+    gpu = snap.alloc_gpu - snap.used_gpu - snap.held_gpu
+    pods = snap.alloc_pods - snap.used_pods - snap.held_pods
+    if slot >= 0:
+        cpu[slot] += own_cpu
+        mem[slot] += own_mem
+        gpu[slot] += own_gpu
+        pods[slot] += own_pods
+    return cpu >= r.cpu_milli, mem >= r.memory_bytes, gpu >= r.gpu, pods >= 1
+
+
+def fits_slot(snap: Snapshot, pod: PodInfo, slot: int) -> bool:
+    """Scalar resource check of one node (after a placement changed only that node)."""
+    r = pod.req
+    lim_cpu, lim_mem = limits(snap, r)
+    own, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
+    if own != slot:
+        own_cpu = own_mem = own_gpu = own_pods = 0
+    return bool(
+        lim_cpu[slot] - snap.used_cpu[slot] - snap.held_cpu[slot] + own_cpu >= r.cpu_milli
+        and lim_mem[slot] - snap.used_mem[slot] - snap.held_mem[slot] + own_mem >= r.memory_bytes
+        and snap.alloc_gpu[slot] - snap.used_gpu[slot] - snap.held_gpu[slot] + own_gpu >= r.gpu
+        and snap.alloc_pods[slot] - snap.used_pods[slot] - snap.held_pods[slot] + own_pods >= 1
+    )
+
+
+def resource_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
+    cpu, mem, gpu, pods = resource_masks(snap, pod)
+    return cpu & mem & gpu & pods
+
+
+# -- host ports ----------------------------------------------------------------------------
+def port_mask(snap: Snapshot, req: Requirements) -> BOOL:
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for proto_port in req.host_ports:
+        for slot in snap.port_users.get(proto_port, {}):
+            mask[slot] = False
+    return mask
+
+
+# -- pod affinity, anti-affinity, topology spread -------------------------------------------
+def _domain_mask(snap: Snapshot, key: str, uids: set[str]) -> BOOL:
+    """Nodes in a topology domain (of ``key``) that holds any of ``uids``."""
+    ids, _names = snap.domains(key)
+    slots = [snap.placed[u] for u in uids if u in snap.placed]
+    if not slots:
+        return np.zeros(snap.cap, dtype=np.bool_)
+    present = np.unique(ids[np.asarray(slots, dtype=np.int64)])
+    present = present[present >= 0]
+    return np.isin(ids, present) & (ids >= 0)
+
+
+def affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for term in pod.req.affinity:
+        matched = snap.matching_pods(term.selector, term.namespaces)
+        if not matched:
+            # The first pod of a group that selects itself may go anywhere with the key.
+            if term.selects(pod.namespace, pod.labels):
+                ids, _ = snap.domains(term.topology_key)
+                mask &= ids >= 0
+                continue
+            return np.zeros(snap.cap, dtype=np.bool_)
+        mask &= _domain_mask(snap, term.topology_key, matched)
+    return mask
+
+
+def anti_affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
+    """The pod's own required anti-affinity, and existing pods' anti-affinity against it."""
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for term in pod.req.anti_affinity:
+        matched = snap.matching_pods(term.selector, term.namespaces)
+        matched.discard(pod.uid)
+        if matched:
+            mask &= ~_domain_mask(snap, term.topology_key, matched)
+    for q, term in symmetric_terms(snap, pod):
+        mask &= ~_domain_mask(snap, term.topology_key, {q})
+    return mask
+
+
+def symmetric_terms(snap: Snapshot, pod: PodInfo) -> list[tuple[str, PodTerm]]:
+    """Placed pods whose required anti-affinity selects ``pod``, with the term."""
+    candidates: set[str] = set(snap.anti_unindexed)
+    for kv in pod.labels.items():
+        candidates |= snap.anti_by_label.get(kv, set())
+    out = []
+    for uid in candidates:
+        if uid == pod.uid:
+            continue
+        q = snap.pods.get(uid)
+        if q is None:
+            continue
+        for term in q.req.anti_affinity:
+            if term.selects(pod.namespace, pod.labels):
+                out.append((uid, term))
+    return out
+
+
+def spread_counts(
+    snap: Snapshot, pod: PodInfo, eligible: BOOL, key: str, selector: object
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(domain id per slot, matching pods per domain, number of domains) for one constraint,
+    counting only pods on eligible nodes, as Kubernetes does."""
+    ids, names = snap.domains(key)
+    matched = snap.matching_pods(selector, frozenset((pod.namespace,)))
+    counts = np.zeros(max(len(names), 1), dtype=np.int64)
+    for uid in matched:
+        slot = snap.placed[uid]
+        d = ids[slot]
+        if d >= 0 and eligible[slot]:
+            counts[d] += 1
+    return ids, counts, len(names)
+
+
+def spread_mask(snap: Snapshot, pod: PodInfo, eligible: BOOL) -> BOOL:
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    for c in pod.req.spread:
+        if not c.hard:
+            continue
+        ids, counts, n = spread_counts(snap, pod, eligible, c.topology_key, c.selector)
+        has = ids >= 0
+        domains_eligible = np.unique(ids[eligible & has])
+        if n == 0 or len(domains_eligible) == 0:
+            mask &= has
+            continue
+        floor = counts[domains_eligible].min()
+        self_match = 1 if c.selector.matches(pod.labels) else 0
+        safe_ids = np.where(has, ids, 0)
+        mask &= has & (counts[safe_ids] + self_match - floor <= c.max_skew)
+    return mask
+
+
+def pod_terms_mask(snap: Snapshot, pod: PodInfo, eligible: BOOL) -> BOOL:
+    mask = np.ones(snap.cap, dtype=np.bool_)
+    if pod.req.affinity:
+        mask &= affinity_mask(snap, pod)
+    if pod.req.anti_affinity or snap.anti_by_label or snap.anti_unindexed:
+        mask &= anti_affinity_mask(snap, pod)
+    if any(c.hard for c in pod.req.spread):
+        mask &= spread_mask(snap, pod, eligible)
+    return mask
+
+
+# -- putting it together -------------------------------------------------------------------
+def feasible(snap: Snapshot, pod: PodInfo, cache: FilterCache) -> BOOL:
+    """The nodes that can take ``pod`` now (the fast path)."""
+    r = pod.req
+    static = cache.static_mask(snap, r)
+    mask = static & snap.schedulable
+    mask &= resource_mask(snap, pod)
+    if r.host_ports:
+        mask &= port_mask(snap, r)
+    if r.has_pod_terms or snap.anti_by_label or snap.anti_unindexed:
+        if not mask.any():
+            return mask
+        mask &= pod_terms_mask(snap, pod, static & snap.live)
+    return mask
+
+
+def explain(snap: Snapshot, pod: PodInfo, cache: FilterCache) -> str:
+    """``0/N nodes available: <count> <reason>, ...`` for a pod no node can take.
+
+    A node turned away by several filters is counted under each, as Kubernetes does for its
+    resource reasons; the counts therefore need not add up to N.
+    """
+    r = pod.req
+    live = snap.live
+    total = int(live.sum())
+    reasons: Counter[str] = Counter()
+
+    def count(reason: str, passed: BOOL) -> None:
+        n = int((live & ~passed).sum())
+        if n:
+            reasons[reason] += n
+
+    count(R_CORDONED, ~snap.cordoned)
+    count(R_NOT_READY, snap.ready | snap.cordoned)  # a cordoned node is reported as cordoned
+    count(R_SELECTOR, node_selector_mask(snap, r))
+    for _slot, n in snap.iter_nodes():
+        t = untolerated(r, n.taints)
+        if t is not None:
+            reasons[f"untolerated taint {t}"] += 1
+    cpu, mem, gpu, pods = resource_masks(snap, pod)
+    if r.cpu_milli:
+        count(R_CPU, cpu)
+    if r.memory_bytes:
+        count(R_MEMORY, mem)
+    if r.gpu:
+        count(R_GPU, gpu)
+    count(R_PODS, pods)
+    if r.host_ports:
+        count(R_PORTS, port_mask(snap, r))
+    eligible = cache.static_mask(snap, r) & live
+    if r.affinity:
+        count(R_AFFINITY, affinity_mask(snap, pod))
+    if r.anti_affinity or snap.anti_by_label or snap.anti_unindexed:
+        count(R_ANTI, anti_affinity_mask(snap, pod))
+    if any(c.hard for c in r.spread):
+        count(R_SPREAD, spread_mask(snap, pod, eligible))
+    available = int(feasible(snap, pod, cache)[live].sum())
+    parts = [
+        f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    head = f"{available}/{total} nodes available"
+    return f"{head}: {', '.join(parts)}" if parts else head
