@@ -62,9 +62,8 @@ def owner_spread_score(snap: Snapshot, pod: PodInfo, cand: I64) -> F64 | None:
     node = per_slot[cand].astype(np.float64)
     ids, names = snap.domains("topology.kubernetes.io/zone")
     if names:
-        per_zone = np.bincount(
-            ids[per_slot > 0], weights=per_slot[per_slot > 0], minlength=len(names)
-        )
+        keep = (per_slot > 0) & (ids >= 0)  # siblings on nodes without a zone: no zone
+        per_zone = np.bincount(ids[keep], weights=per_slot[keep], minlength=len(names))
         zid = ids[cand]
         zone = np.where(zid >= 0, per_zone[np.maximum(zid, 0)], 0.0)
     else:
