@@ -96,6 +96,15 @@ def victims_on(snap: Snapshot, pod: PodInfo, slot: int) -> list[PodInfo] | None:
     return chosen
 
 
+def _terminating_below(snap: Snapshot, pod: PodInfo, slot: int) -> bool:
+    """Whether pods of lower priority than ``pod`` are terminating on ``slot``."""
+    for uid in snap.slot_pods.get(slot, ()):
+        v = snap.pods.get(uid)
+        if v is not None and v.deleting and v.priority < pod.priority:
+            return True
+    return False
+
+
 def preempt(
     snap: Snapshot,
     pod: PodInfo,
@@ -106,6 +115,9 @@ def preempt(
     """Choose a node and victims for ``pod``, or None when preemption cannot help."""
     if pod.preempt_never:
         return None
+    held = snap.nominated.get(pod.uid)
+    if held is not None and _terminating_below(snap, pod, held[0]):
+        return None  # room is already being made for it on its nominated node
     r = pod.req
     mask = cache.static_mask(snap, r) & snap.schedulable
     if r.host_ports:
