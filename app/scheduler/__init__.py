@@ -1,1 +1,1 @@
-"""The scheduler process: places pending pods on nodes (see ``app.core.scheduling`` for the logic)."""
+"""The scheduler process: places pending pods on nodes (logic in ``app.core.scheduling``)."""
