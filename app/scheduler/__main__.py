@@ -17,7 +17,7 @@ import os
 import signal
 
 from app.core.priority import PRODUCTION_THRESHOLD
-from app.core.scheduling.engine import Config
+from app.core.scheduling.engine import SCHEDULER_NAMES, Config
 from app.scheduler.service import SchedulerService, Settings
 from app.store.db import database_url, stream_database_url
 
@@ -50,6 +50,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=PRODUCTION_THRESHOLD,
         help="lowest production priority: pods at or above it are never preempted",
     )
+    p.add_argument(
+        "--scheduler-name",
+        action="append",
+        default=None,
+        help="schedule pods whose spec.schedulerName is this (repeatable; default: "
+        "default-scheduler and quaymaster)",
+    )
     p.add_argument("--metrics-host", default="127.0.0.1")
     p.add_argument(
         "--metrics-port",
@@ -76,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         config=Config(
             percentage_to_score=args.percentage_of_nodes_to_score,
             threshold=args.production_threshold,
+            scheduler_names=frozenset(args.scheduler_name or SCHEDULER_NAMES),
         ),
         metrics_host=args.metrics_host,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
