@@ -130,7 +130,7 @@ class Engine:
                 continue
             message = self._explain(pod)
             plan = None
-            if preemptions < self.config.max_preemptions_per_cycle and self._may_preempt(pod):
+            if preemptions < self.config.max_preemptions_per_cycle:
                 plan = preempt(self.snapshot, pod, self.cache, self.rng)
                 if plan is not None:
                     preemptions += 1
@@ -140,20 +140,6 @@ class Engine:
             self.queue.failed(pod, now)
             failures.append(Failure(pod, message, plan))
         return placements, failures
-
-    def _may_preempt(self, pod: PodInfo) -> bool:
-        """Not while victims of an earlier preemption for this pod are still terminating: the
-        room they free is already held for it, and evicting more would be a second
-        preemption for one pod."""
-        snap = self.snapshot
-        slot = snap.nominated_slot(pod.uid)
-        if slot is None:
-            return True
-        for uid in snap.slot_pods.get(slot, ()):
-            other = snap.pods.get(uid)
-            if other is not None and other.deleting and other.priority < pod.priority:
-                return False
-        return True
 
     def place(self, pod: PodInfo) -> int | None:
         """The best node slot for ``pod`` now, or None."""
