@@ -142,9 +142,12 @@ class SchedulerService:
         tasks: list[asyncio.Task[Any]] = []
         try:
             if s.metrics_port is not None:
-                server = await serve(
-                    s.metrics_host, s.metrics_port, self.render_metrics, lambda: True
-                )
+                try:
+                    server = await serve(
+                        s.metrics_host, s.metrics_port, self.render_metrics, lambda: True
+                    )
+                except OSError as exc:  # scheduling matters more than its metrics
+                    log.warning("metrics endpoint not started on port %s: %s", s.metrics_port, exc)
             if s.leader_elect:
                 self.lease = LeaderLease(
                     self.pool, s.identity, duration=s.lease_duration, renew_every=s.lease_renew
