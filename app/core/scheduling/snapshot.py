@@ -392,7 +392,12 @@ class Snapshot:
         self.assumed.add(pod.uid)
 
     def forget(self, pod: PodInfo) -> None:
-        """Undo :meth:`assume` for a placement that did not commit."""
+        """Undo :meth:`assume` for a placement that did not commit.
+
+        Only the assumption made from this very version of the pod is undone: a newer version
+        dropped that one, and any assumption now recorded belongs to a later decision."""
+        if self.pods.get(pod.uid, pod) is not pod:
+            return
         if pod.uid in self.assumed:
             self.assumed.discard(pod.uid)
             if pod.uid in self.placed:
