@@ -81,7 +81,7 @@ UPDATE pods AS p
               'type', 'PodScheduled', 'status', 'True', 'lastTransitionTime', $3::text)))
   FROM unnest($1::uuid[], $2::text[]) AS v(uid, node_name)
  WHERE p.uid = v.uid
-RETURNING p.uid
+RETURNING p.uid, p.row_version
 """
 
 
@@ -113,6 +113,7 @@ class BindResult:
     bound: list[Bind] = field(default_factory=list)
     stale: list[Bind] = field(default_factory=list)
     no_room: list[Bind] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)  # pod uid -> row_version once bound
 
 
 @dataclass(slots=True)
@@ -247,4 +248,5 @@ async def _bind_once(conn: Conn, binds: list[Bind], when: str) -> BindResult:
             )
             if len(written) != len(result.bound):
                 raise RuntimeError("a pod locked for binding was not written")
+            result.versions = {str(r["uid"]): int(r["row_version"]) for r in written}
     return result

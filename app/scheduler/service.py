@@ -32,6 +32,7 @@ import asyncpg
 from app.core import metrics as m
 from app.core.errors import Gone, NotFound, StatusError
 from app.core.kinds import BY_KIND
+from app.core.objects import render
 from app.core.priority import band
 from app.core.scheduling.engine import Config, Engine, Failure, Placement
 from app.core.scheduling.podinfo import pod_info
@@ -42,10 +43,16 @@ from app.scheduler.lease import LeaderLease
 from app.scheduler.metrics import serve
 from app.scheduler.writes import EventNote, PodRef, mark_unschedulable, nominate, record_events
 from app.store.db import create_pool
+from app.store.sql import COLS
 from app.store.store import Store
 
 log = logging.getLogger(__name__)
 
+POD = BY_KIND["Pod"]
+_PENDING_PRODUCTION = (
+    f"SELECT {COLS} FROM pods WHERE node_name IS NULL AND deletion_timestamp IS NULL"
+    " AND priority >= $1 AND row_version > $2 ORDER BY row_version LIMIT 2000"
+)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 # A pending pod's message is rewritten at most this often, however often it is retried.
@@ -64,6 +71,14 @@ class Settings:
     metrics_port: int | None = None
     lease_duration: float = 8.0
     lease_renew: float = 2.0
+    # Pending production pods are also read straight from the table this often (0: never),
+    # so they are placed even while the revision stream lags behind a burst.
+    pending_poll: float = 0.1
+    cycle_seconds: float = 0.1  # one cycle decides for at most this long
+
+
+def _before(deadline: float) -> Callable[[], bool]:
+    return lambda: time.perf_counter() < deadline
 
 
 class Metrics:
@@ -121,6 +136,7 @@ class SchedulerService:
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._batch_inflight: set[asyncio.Task[None]] = set()
         self.bound_total = 0
 
     # -- leadership ----------------------------------------------------------------------------
@@ -156,6 +172,8 @@ class SchedulerService:
             else:
                 self.metrics.leader.set(1.0)
             tasks.append(asyncio.create_task(self._watch(stop)))
+            if s.pending_poll > 0:
+                tasks.append(asyncio.create_task(self._poll_pending(stop)))
             await self._schedule(stop)
         finally:
             for t in tasks:
@@ -206,6 +224,40 @@ class SchedulerService:
                 log.warning("watch failed (%s); relisting in 1 s", exc)
                 await asyncio.sleep(1.0)
 
+    async def _poll_pending(self, stop: asyncio.Event) -> None:
+        """Read pending production pods from the table, ahead of the revision stream.
+
+        Under a burst the stream can run seconds behind; a production pod should not wait for
+        it. Versions read here and later from the stream are told apart by ``row_version``, so
+        the stream's copy of the same version changes nothing."""
+        assert self.pool is not None
+        threshold = self.settings.config.threshold
+        seen = 0
+        while not stop.is_set():
+            await self._sleep_quietly(stop, self.settings.pending_poll)
+            if not self.synced.is_set() or not self.leading():
+                continue
+            try:
+                rows = await self.pool.fetch(_PENDING_PRODUCTION, threshold, seen)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("reading pending production pods failed: %s", exc)
+                continue
+            if not rows:
+                continue
+            now = self.clock()
+            for rec in rows:
+                row = dict(rec)
+                seen = max(seen, int(row["row_version"]))
+                pod = pod_info(render(POD, row), int(row["row_version"]), threshold)
+                if pod.pending and pod.uid not in self.engine.snapshot.pods:
+                    self.first_seen.setdefault(pod.uid, now)
+                self.engine.pod_changed(pod, now)
+            self._wake.set()
+
+    async def _sleep_quietly(self, stop: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+
     def _reset(self, items: list[Change]) -> None:
         self.engine = Engine(self.settings.config, self.rng)
         nodes = [c for c in items if c.kind == "Node"]
@@ -245,14 +297,22 @@ class SchedulerService:
                 continue
             now = self.clock()
             started = time.perf_counter()
-            placements, failures = self.engine.cycle(now, s.batch_size)
+            until = started + s.cycle_seconds
+            placements, failures = self.engine.cycle(now, s.batch_size, _before(until))
             if placements or failures:
                 self.metrics.cycle.observe(time.perf_counter() - started)
-            if placements:
+            production = [p for p in placements if not p.pod.req.batch]
+            if production:
+                # A small transaction of its own, never queued behind batch binds.
+                self._spawn(self._bind(production))
+            batch = [p for p in placements if p.pod.req.batch]
+            if batch:
                 # Keep at most two batches in flight: decide the next while this one commits.
-                while len(self._inflight) >= 2:
-                    await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
-                self._spawn(self._bind(placements))
+                while len(self._batch_inflight) >= 2:
+                    await asyncio.wait(self._batch_inflight, return_when=asyncio.FIRST_COMPLETED)
+                task = self._spawn(self._bind(batch))
+                self._batch_inflight.add(task)
+                task.add_done_callback(self._batch_inflight.discard)
             if failures:
                 self._spawn(self._report_failures(failures))
             if not placements and not failures:
@@ -264,10 +324,11 @@ class SchedulerService:
             else:
                 await asyncio.sleep(0)  # let the bind send its first statement
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._inflight.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -318,7 +379,7 @@ class SchedulerService:
         now = self.clock()
         for b in result.bound:
             p = by_uid[b.pod_uid]
-            self.engine.bound(p)
+            self.engine.bound(p, result.versions.get(b.pod_uid))
             seen = self.first_seen.pop(b.pod_uid, None)
             if seen is not None:
                 self.metrics.latency.labels(band(p.pod.priority)).observe(max(0.0, now - seen))
@@ -382,7 +443,7 @@ class SchedulerService:
                 for _f, v in victims:
                     with contextlib.suppress(NotFound):
                         await store.delete(
-                            BY_KIND["Pod"],
+                            POD,
                             v.namespace,
                             v.name,
                             grace_seconds=v.grace_seconds,

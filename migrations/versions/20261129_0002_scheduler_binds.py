@@ -158,6 +158,10 @@ BEGIN
     NEW.req_memory_bytes := qm_pod_request(NEW.spec, 'memory');
     NEW.req_gpu := qm_pod_request(NEW.spec, 'nvidia.com/gpu');
   END IF;
+  IF NEW.spec->>'nodeName' IS NOT NULL
+     AND (TG_OP = 'INSERT' OR OLD.spec->>'nodeName' IS NULL) THEN
+    NEW.bound_at := clock_timestamp();
+  END IF;
   RETURN NEW;
 END
 $$;
@@ -230,6 +234,11 @@ def upgrade() -> None:
         op.execute(f"COMMENT ON COLUMN nodes.{col} IS '{text}'")
     # Every bind rewrites a node's row once per pod; leave room on the page for HOT updates.
     op.execute("ALTER TABLE nodes_allocated SET (fillfactor = 50)")
+    op.execute("ALTER TABLE pods ADD COLUMN bound_at timestamptz")
+    op.execute(
+        "COMMENT ON COLUMN pods.bound_at IS 'When spec.nodeName was first set (the bind), by the "
+        "database clock; with creation_timestamp it gives created-to-bound latency'"
+    )
     op.execute(POD_REQUESTS)
     op.execute(FUNCTIONS)
     op.execute(TRIGGERS)
@@ -251,5 +260,6 @@ COMMENT ON TABLE nodes_allocated IS
 """
     )
     op.execute(POD_REQUESTS_0001)
+    op.execute("ALTER TABLE pods DROP COLUMN IF EXISTS bound_at")
     columns = ", ".join(f"DROP COLUMN IF EXISTS {col}" for col, _, _, _ in reversed(NODE_COLUMNS))
     op.execute(f"ALTER TABLE nodes {columns}")

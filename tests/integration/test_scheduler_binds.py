@@ -600,8 +600,11 @@ async def test_a_deadlock_is_retried_once_then_reported_as_no_room(
     bind = decide(pod, node)
     assert await run_binds(pool, [bind, bind]) == BindResult(no_room=[bind], stale=[bind])
     failures[0] = 1
-    assert await run_binds(pool, [bind]) == BindResult(bound=[bind])
-    assert (await fetch_pod(pool, pod.uid))["node_name"] == node.row["name"]
+    result = await run_binds(pool, [bind])
+    assert (result.bound, result.stale, result.no_room) == ([bind], [], [])
+    written = await fetch_pod(pool, pod.uid)
+    assert written["node_name"] == node.row["name"]
+    assert result.versions == {pod.uid: written["row_version"]}
 
 
 # -- concurrent schedulers -----------------------------------------------------------------
@@ -718,3 +721,15 @@ async def test_concurrent_schedulers_never_over_allocate(
             n.row["name"],
             sums[n.uid],
         )
+
+
+async def test_the_bind_time_is_recorded_once(pool: asyncpg.Pool, store: Store) -> None:
+    node = await store.create(NODE, node_obj(unique("bt")))
+    pod = (await with_requests(store, [await store.create(POD, pod_obj(unique("p")))]))[0]
+    before = await pool.fetchval("SELECT clock_timestamp()")
+    assert (await run_binds(pool, [decide(pod, node)])).bound
+    bound_at = await pool.fetchval("SELECT bound_at FROM pods WHERE uid = $1", uuid.UUID(pod.uid))
+    assert bound_at is not None and bound_at >= before
+    await set_phase(pool, pod.uid, "Running")
+    again = await pool.fetchval("SELECT bound_at FROM pods WHERE uid = $1", uuid.UUID(pod.uid))
+    assert again == bound_at

@@ -53,6 +53,13 @@ class Cluster:
     url: str
     db: psycopg.Connection[Any]
     procs: list[subprocess.Popen[bytes]]
+    stream_stop: threading.Event
+    stream_thread: threading.Thread
+
+    def stop_stream(self) -> None:
+        """Stop the revisioner: nothing new reaches the revision log."""
+        self.stream_stop.set()
+        self.stream_thread.join(timeout=10)
 
     def node(self, name: str, zone: str, cpu: str = "4", memory: str = "8Gi", **extra: Any) -> None:
         labels = {"topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": name}
@@ -167,7 +174,7 @@ def cluster(pg_server_url: str, template: str) -> Iterator[Cluster]:
     thread = threading.Thread(target=rev.run, args=(stop,), daemon=True)
     thread.start()
     db = psycopg.connect(url, autocommit=True)
-    c = Cluster(url, db, [])
+    c = Cluster(url, db, [], stop, thread)
     c.wait(
         lambda: db.execute(
             "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
@@ -317,3 +324,21 @@ def test_the_standby_finishes_when_the_leader_dies_mid_burst(cluster: Cluster) -
     assert "scheduler_is_leader 1" in metrics(port_b)
     assert cluster.over_allocated() == []
     assert cluster.bind_transitions() == {n: 1 for n in names}
+
+
+def test_production_pods_are_placed_even_when_the_stream_lags(cluster: Cluster) -> None:
+    for i in range(3):
+        cluster.node(f"node-{i}", f"zone-{i}")
+    _proc, port = cluster.start_scheduler()
+    cluster.wait(lambda: "scheduler_nodes 3" in metrics(port), what="the snapshot")
+    cluster.stop_stream()
+    cluster.pods(["prod-0", "prod-1"], cpu="500m", priority=2000)
+    cluster.pods(["batch-0"], cpu="500m", priority=10)
+    cluster.wait(lambda: {"prod-0", "prod-1"} <= cluster.bound().keys(), what="prod bound")
+    time.sleep(1.0)
+    # batch pods come only through the stream, which is stopped
+    assert "batch-0" not in cluster.bound()
+    latency = cluster.db.execute(
+        "SELECT max(bound_at - creation_timestamp) FROM pods WHERE priority >= 1000"
+    ).fetchone()[0]  # type: ignore[index]
+    assert latency.total_seconds() < 5

@@ -10,7 +10,8 @@ placements and reports back which ones won (:meth:`Engine.bound`) and which lost
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -79,12 +80,18 @@ class Engine:
         # requirements -> (room epoch, static epoch, message): a class that fit nowhere keeps
         # failing without filter work until room appears somewhere
         self._failed: dict[Requirements, tuple[int, int, str]] = {}
+        # Set by changes that could make room; the unschedulable set is moved once per cycle,
+        # not once per change (a burst of pod completions would otherwise rescan it each time).
+        self._room_appeared = False
 
     # -- changes from the stream -----------------------------------------------------------
     def ours(self, pod: PodInfo) -> bool:
         return pod.scheduler_name in self.config.scheduler_names
 
     def pod_changed(self, pod: PodInfo, now: float) -> None:
+        known = self.snapshot.pods.get(pod.uid)
+        if known is not None and pod.row_version <= known.row_version:
+            return  # a version already seen (read directly, or written by our own bind)
         old = self.snapshot.upsert_pod(pod)
         if pod.pending and self.ours(pod):
             if pod.uid not in self.snapshot.assumed:
@@ -92,29 +99,37 @@ class Engine:
         else:
             self.queue.remove(pod.uid)
         if old is not None and old.holds_room and not pod.holds_room:
-            self.queue.cluster_changed(now)
+            self._room_appeared = True
 
     def pod_deleted(self, uid: str, now: float) -> None:
         old = self.snapshot.remove_pod(uid)
         self.queue.remove(uid)
         if old is not None and (old.holds_room or old.nominated_node):
-            self.queue.cluster_changed(now)
+            self._room_appeared = True
 
     def node_changed(self, node: NodeInfo, now: float) -> None:
         self.snapshot.upsert_node(node)
-        self.queue.cluster_changed(now)
+        self._room_appeared = True
 
     def node_deleted(self, name: str, now: float) -> None:
         self.snapshot.remove_node(name)
 
     # -- one cycle ---------------------------------------------------------------------------
-    def cycle(self, now: float, max_pods: int) -> tuple[list[Placement], list[Failure]]:
-        """Decide up to ``max_pods`` pods from the front of the queue."""
+    def cycle(
+        self, now: float, max_pods: int, time_left: Callable[[], bool] | None = None
+    ) -> tuple[list[Placement], list[Failure]]:
+        """Decide up to ``max_pods`` pods from the front of the queue, stopping early once
+        ``time_left()`` says the cycle's time is up (checked every 16 pods)."""
+        if self._room_appeared:
+            self._room_appeared = False
+            self.queue.cluster_changed(now)
         self.queue.flush(now)
         placements: list[Placement] = []
         failures: list[Failure] = []
         preemptions = 0
-        for _ in range(max_pods):
+        for n in range(max_pods):
+            if time_left is not None and n % 16 == 15 and not time_left():
+                break
             popped = self.queue.pop()
             if popped is None:
                 break
@@ -205,8 +220,16 @@ class Engine:
         return message
 
     # -- outcomes of the commit --------------------------------------------------------------
-    def bound(self, p: Placement) -> None:
+    def bound(self, p: Placement, row_version: int | None = None) -> None:
+        """The bind committed; ``row_version`` is the pod's version it wrote. The snapshot
+        records the bound pod at once, so an older version arriving late changes nothing."""
         self.queue.done(p.pod.uid)
+        cur = self.snapshot.pods.get(p.pod.uid)
+        if row_version is None or cur is None or cur.row_version >= row_version:
+            return
+        self.snapshot.upsert_pod(
+            replace(cur, node_name=p.node_name, row_version=row_version, nominated_node=None)
+        )
 
     def lost(self, p: Placement, now: float) -> None:
         """The bind did not commit (the pod changed, or the node had no room after all)."""

@@ -354,7 +354,7 @@ class Snapshot:
             old is not None
             and pod.uid in self.placed
             and pod.holds_room
-            and old.node_name == pod.node_name
+            and self.placed[pod.uid] == self.slot_of.get(pod.node_name or "")
             and old.req == pod.req
         )
         if old is not None:
