@@ -147,6 +147,32 @@ def limits(snap: Snapshot, req: Requirements) -> tuple[I64, I64]:
     return snap.alloc_cpu, snap.alloc_mem
 
 
+def pod_limits(snap: Snapshot, pod: PodInfo) -> tuple[I64, I64]:
+    """The cpu and memory limits ``pod`` is held to on each node: those of its band
+    (:func:`limits`) and, on a node holding room for a nominated pod of the other band, that
+    pod's as well, so the room stays free in the nominee's terms too (a batch pod may use
+    batch-allocatable beyond allocatable, but not the room held for a production preemptor)."""
+    lim_cpu, lim_mem = limits(snap, pod.req)
+    slots = [
+        held[0]
+        for uid, held in snap.nominated.items()
+        if uid != pod.uid
+        and (nominee := snap.pods.get(uid)) is not None
+        and nominee.req.batch != pod.req.batch
+    ]
+    if not slots:
+        return lim_cpu, lim_mem
+    if pod.req.batch:
+        other_cpu, other_mem = snap.alloc_cpu, snap.alloc_mem
+    else:
+        other_cpu, other_mem = snap.batch_cpu, snap.batch_mem
+    idx = np.asarray(slots, dtype=np.int64)
+    lim_cpu, lim_mem = lim_cpu.copy(), lim_mem.copy()
+    lim_cpu[idx] = np.minimum(lim_cpu[idx], other_cpu[idx])
+    lim_mem[idx] = np.minimum(lim_mem[idx], other_mem[idx])
+    return lim_cpu, lim_mem
+
+
 def _own_hold(snap: Snapshot, pod: PodInfo) -> tuple[int, int, int, int, int]:
     """(slot, cpu, memory, gpu, pods) of the room held for this pod itself, if nominated."""
     held = snap.nominated.get(pod.uid)
@@ -159,7 +185,7 @@ def _own_hold(snap: Snapshot, pod: PodInfo) -> tuple[int, int, int, int, int]:
 def resource_masks(snap: Snapshot, pod: PodInfo) -> tuple[BOOL, BOOL, BOOL, BOOL]:
     """Per-resource fit masks: cpu, memory, gpu, pod count."""
     r = pod.req
-    lim_cpu, lim_mem = limits(snap, r)
+    lim_cpu, lim_mem = pod_limits(snap, pod)
     slot, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
     cpu = lim_cpu - snap.used_cpu - snap.held_cpu
     mem = lim_mem - snap.used_mem - snap.held_mem
@@ -176,7 +202,7 @@ def resource_masks(snap: Snapshot, pod: PodInfo) -> tuple[BOOL, BOOL, BOOL, BOOL
 def fits_slot(snap: Snapshot, pod: PodInfo, slot: int) -> bool:
     """Scalar resource check of one node (after a placement changed only that node)."""
     r = pod.req
-    lim_cpu, lim_mem = limits(snap, r)
+    lim_cpu, lim_mem = pod_limits(snap, pod)
     own, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
     if own != slot:
         own_cpu = own_mem = own_gpu = own_pods = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.scheduling.filters import FilterCache, limits, port_mask
+from app.core.scheduling.filters import FilterCache, pod_limits, port_mask
 from app.core.scheduling.podinfo import PodInfo
 from app.core.scheduling.snapshot import Snapshot
 
@@ -36,7 +36,7 @@ def eligible_victim(pod: PodInfo, victim: PodInfo) -> bool:
 
 
 def _free(snap: Snapshot, pod: PodInfo, slot: int) -> list[int]:
-    lim_cpu, lim_mem = limits(snap, pod.req)
+    lim_cpu, lim_mem = pod_limits(snap, pod)
     free = [
         int(lim_cpu[slot] - snap.used_cpu[slot] - snap.held_cpu[slot]),
         int(lim_mem[slot] - snap.used_mem[slot] - snap.held_mem[slot]),
@@ -122,7 +122,7 @@ def preempt(
     mask = cache.static_mask(snap, r) & snap.schedulable
     if r.host_ports:
         mask &= port_mask(snap, r)
-    lim_cpu, lim_mem = limits(snap, r)
+    lim_cpu, lim_mem = pod_limits(snap, pod)
     # Upper bound of what evicting every pod below the production band could free.
     mask &= lim_cpu - snap.used_cpu - snap.held_cpu + snap.low_cpu >= r.cpu_milli
     mask &= lim_mem - snap.used_mem - snap.held_mem + snap.low_mem >= r.memory_bytes
