@@ -37,22 +37,36 @@ R_SPREAD = "didn't match topology spread constraints"
 
 @dataclass
 class FilterCache:
-    """Masks that depend only on node labels and taints, per requirement set."""
+    """Masks that depend only on node labels and taints, cached per static epoch: by node
+    selector and affinity, by tolerations, and by whole requirement set."""
 
     epoch: int = -1
+    cap: int = 0
     static: dict[Requirements, BOOL] = field(default_factory=dict)
+    selectors: dict[tuple[object, ...], BOOL] = field(default_factory=dict)
+    tolerations: dict[tuple[object, ...], BOOL] = field(default_factory=dict)
 
     def static_mask(self, snap: Snapshot, req: Requirements) -> BOOL:
-        if self.epoch != snap.static_epoch or any(
-            len(m) != snap.cap for m in list(self.static.values())[:1]
-        ):
+        if self.epoch != snap.static_epoch or self.cap != snap.cap:
             self.static.clear()
+            self.selectors.clear()
+            self.tolerations.clear()
             self.epoch = snap.static_epoch
+            self.cap = snap.cap
         mask = self.static.get(req)
         if mask is None:
-            mask = node_selector_mask(snap, req) & taint_mask(snap, req)
+            sel_key = (req.node_selector, req.required_node_terms)
+            sel = self.selectors.get(sel_key)
+            if sel is None:
+                sel = self.selectors[sel_key] = node_selector_mask(snap, req)
+            tol = self.tolerations.get(req.tolerations)
+            if tol is None:
+                tol = self.tolerations[req.tolerations] = taint_mask(snap, req)
+            mask = sel & tol
             if len(self.static) > 4096:
                 self.static.clear()
+                self.selectors.clear()
+                self.tolerations.clear()
             self.static[req] = mask
         return mask
 
@@ -129,9 +143,8 @@ def untolerated(req: Requirements, taints: tuple[Taint, ...]) -> Taint | None:
 def taint_mask(snap: Snapshot, req: Requirements) -> BOOL:
     mask = np.ones(snap.cap, dtype=np.bool_)
     verdicts: dict[tuple[Taint, ...], bool] = {}
-    for slot, n in snap.iter_nodes():
-        if not n.taints:
-            continue
+    for slot in snap.tainted():
+        n = snap.node(slot)
         ok = verdicts.get(n.taints)
         if ok is None:
             ok = verdicts[n.taints] = untolerated(req, n.taints) is None
@@ -231,13 +244,15 @@ def port_mask(snap: Snapshot, req: Requirements) -> BOOL:
 # -- pod affinity, anti-affinity, topology spread -------------------------------------------
 def _domain_mask(snap: Snapshot, key: str, uids: set[str]) -> BOOL:
     """Nodes in a topology domain (of ``key``) that holds any of ``uids``."""
-    ids, _names = snap.domains(key)
+    ids, names = snap.domains(key)
     slots = [snap.placed[u] for u in uids if u in snap.placed]
     if not slots:
         return np.zeros(snap.cap, dtype=np.bool_)
-    present = np.unique(ids[np.asarray(slots, dtype=np.int64)])
-    present = present[present >= 0]
-    return np.isin(ids, present) & (ids >= 0)
+    present = np.zeros(len(names) + 1, dtype=np.bool_)  # index 0: nodes without the key
+    present[ids[np.asarray(slots, dtype=np.int64)] + 1] = True
+    present[0] = False
+    mask: BOOL = present[ids + 1]
+    return mask
 
 
 def affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
@@ -263,8 +278,11 @@ def anti_affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
         matched.discard(pod.uid)
         if matched:
             mask &= ~_domain_mask(snap, term.topology_key, matched)
+    by_key: dict[str, set[str]] = {}
     for q, term in symmetric_terms(snap, pod):
-        mask &= ~_domain_mask(snap, term.topology_key, {q})
+        by_key.setdefault(term.topology_key, set()).add(q)
+    for key, holders in by_key.items():
+        mask &= ~_domain_mask(snap, key, holders)
     return mask
 
 
@@ -309,14 +327,19 @@ def spread_mask(snap: Snapshot, pod: PodInfo, eligible: BOOL) -> BOOL:
             continue
         ids, counts, n = spread_counts(snap, pod, eligible, c.topology_key, c.selector)
         has = ids >= 0
-        domains_eligible = np.unique(ids[eligible & has])
-        if n == 0 or len(domains_eligible) == 0:
+        # Domains with at least one eligible node (slot 0 of ``present``: no domain).
+        present = np.zeros(n + 1, dtype=np.bool_)
+        present[ids[eligible] + 1] = True
+        present[0] = False
+        if n == 0 or not present.any():
             mask &= has
             continue
-        floor = counts[domains_eligible].min()
+        floor = counts[:n][present[1:]].min()
         self_match = 1 if c.selector.matches(pod.labels) else 0
-        safe_ids = np.where(has, ids, 0)
-        mask &= has & (counts[safe_ids] + self_match - floor <= c.max_skew)
+        # counts per domain, looked up per slot; a node without the key never passes
+        allowed = np.zeros(n + 1, dtype=np.bool_)
+        allowed[1:] = counts[:n] + self_match - floor <= c.max_skew
+        mask &= allowed[ids + 1]
     return mask
 
 

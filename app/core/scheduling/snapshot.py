@@ -310,6 +310,15 @@ class Snapshot:
             self._key_mask_cache[key] = cached
         return cached
 
+    def tainted(self) -> list[int]:
+        """Slots of nodes with any taint (cached per static epoch)."""
+        cached = self.__dict__.get("_tainted")
+        if cached is None or cached[0] != (self.static_epoch, self.cap):
+            slots = [slot for slot, n in self.iter_nodes() if n.taints]
+            cached = self.__dict__["_tainted"] = ((self.static_epoch, self.cap), slots)
+        result: list[int] = cached[1]
+        return result
+
     def soft_taint_mask(self) -> BOOL:
         """Nodes with a PreferNoSchedule taint (scored, not filtered)."""
         cached = self._key_mask_cache.get("\0soft-taints")
