@@ -260,7 +260,8 @@ class Snapshot:
             if pod is not None:
                 self._unplace(pod)
                 self.assumed.discard(uid)
-                self.orphans[name].add(uid)
+                if pod.node_name == name:  # bound here; an assumed pod is not
+                    self.orphans[name].add(uid)
         for uid, held in list(self.nominated.items()):
             if held[0] == slot:
                 self._clear_nominated(uid)
