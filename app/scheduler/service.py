@@ -57,6 +57,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 # A pending pod's message is rewritten at most this often, however often it is retried.
 CONDITION_REFRESH_SECONDS = 30.0
+MAX_BINDS_IN_FLIGHT = 6  # batch bind transactions at once (the pool has 8 connections)
 
 
 @dataclass
@@ -136,7 +137,8 @@ class SchedulerService:
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
-        self._batch_inflight: set[asyncio.Task[None]] = set()
+        self._batch_inflight: dict[asyncio.Task[None], int] = {}  # bind task -> pods
+        self._batch_pods = 0
         self.bound_total = 0
 
     # -- leadership ----------------------------------------------------------------------------
@@ -307,12 +309,19 @@ class SchedulerService:
                 self._spawn(self._bind(production))
             batch = [p for p in placements if p.pod.req.batch]
             if batch:
-                # Keep at most two batches in flight: decide the next while this one commits.
-                while len(self._batch_inflight) >= 2:
+                # Decide the next cycle while this one commits, with at most two full batches'
+                # worth of pods in flight (cycles cut short by time make smaller batches, and
+                # those may pipeline deeper), and at most MAX_BINDS_IN_FLIGHT transactions.
+                limit = 2 * s.batch_size
+                while self._batch_inflight and (
+                    self._batch_pods + len(batch) > limit
+                    or len(self._batch_inflight) >= MAX_BINDS_IN_FLIGHT
+                ):
                     await asyncio.wait(self._batch_inflight, return_when=asyncio.FIRST_COMPLETED)
                 task = self._spawn(self._bind(batch))
-                self._batch_inflight.add(task)
-                task.add_done_callback(self._batch_inflight.discard)
+                self._batch_inflight[task] = len(batch)
+                self._batch_pods += len(batch)
+                task.add_done_callback(self._batch_done)
             if failures:
                 self._spawn(self._report_failures(failures))
             if not placements and not failures:
@@ -329,6 +338,9 @@ class SchedulerService:
         self._inflight.add(task)
         task.add_done_callback(self._finished)
         return task
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._batch_pods -= self._batch_inflight.pop(task, 0)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
