@@ -72,8 +72,7 @@ test-fast: install
 	$(call pytest,tests -m "not slow" $(PYTEST_ARGS))
 
 bench: install
-	@if [ -f bench/store/run.py ]; then \
-	  $(BIN)/python bench/store/run.py; \
-	else \
-	  echo "bench: no benchmarks yet (bench/store/run.py)"; \
-	fi
+	$(BIN)/python bench/store/run.py
+	$(BIN)/python -m bench.scheduler.run
+	$(BIN)/python -m bench.scheduler.run --queued
+	$(BIN)/python -m bench.scheduler.run --profile affinity
