@@ -149,12 +149,29 @@ def format_bytes(amount: int) -> str:
 
 
 def format_quantity(value: Fraction) -> str:
-    """Exact text for any quantity value: an integer, a decimal, or nano-units."""
+    """Exact text for any quantity value: an integer, a decimal, or nano-units.
+
+    A value whose plain text would exceed ``MAX_LENGTH`` (such as ``1e64`` given as a number)
+    is written with a decimal exponent instead, so the text always parses back to the same
+    value; a value too precise even for that is returned as is, and parsing rejects it."""
+    text, digits, exp = _exact_text(value)
+    if len(text) <= MAX_LENGTH:
+        return text
+    while digits and digits % 10 == 0:
+        digits //= 10
+        exp += 1
+    compact = f"{digits}e{exp}"
+    return compact if len(compact) <= MAX_LENGTH else text
+
+
+def _exact_text(value: Fraction) -> tuple[str, int, int]:
+    """(text, integer digits, power of ten) with value == digits * 10**power."""
     if value.denominator == 1:
-        return str(value.numerator)
+        return str(value.numerator), value.numerator, 0
     for suffix, exp in (("m", 3), ("u", 6), ("n", 9)):
         scaled = value * 10**exp
         if scaled.denominator == 1:
-            return f"{scaled.numerator}{suffix}"
+            return f"{scaled.numerator}{suffix}", scaled.numerator, -exp
     # Not representable with nano precision: round up to whole nano-units, as Kubernetes does.
-    return f"{_ceil(value * 10**9)}n"
+    nanos = _ceil(value * 10**9)
+    return f"{nanos}n", nanos, -9

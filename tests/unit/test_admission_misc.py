@@ -132,6 +132,23 @@ def test_priority_class_value_is_immutable(valid, accept, fields_of) -> None:
 # ---------------------------------------------------------------------------- ResourceQuota
 
 
+@pytest.mark.parametrize("number", [1e64, 10**70])
+def test_a_number_too_big_for_a_quantity_is_refused_at_once(valid, fields_of, number) -> None:
+    # Its exact text would exceed 64 characters, or need an exponent beyond 30: accepting it
+    # would store text that admission itself refuses on the next update.
+    obj = valid("ResourceQuota")
+    obj["spec"]["hard"]["requests.cpu"] = number
+    assert fields_of("ResourceQuota", obj) == {"spec.hard[requests.cpu]"}
+
+
+def test_a_big_number_is_stored_as_text_that_admits_again(valid, accept) -> None:
+    obj = valid("ResourceQuota")
+    obj["spec"]["hard"]["requests.cpu"] = 1e40
+    out = accept("ResourceQuota", obj)
+    assert out["spec"]["hard"]["requests.cpu"] == "1" + "0" * 40
+    assert accept("ResourceQuota", copy.deepcopy(out)) == out
+
+
 def test_resource_quota(valid, edit, accept, fields_of) -> None:
     obj = valid("ResourceQuota")
     obj["spec"]["hard"].update(

@@ -68,10 +68,10 @@ def check_quantity_map(
             continue
         try:
             amount = parse_quantity(raw)
+            m[name] = normalize_quantity(raw)
         except ValueError as exc:
             e.invalid(p, raw, str(exc))
             continue
-        m[name] = normalize_quantity(raw)
         parsed[name] = amount
     return parsed
 

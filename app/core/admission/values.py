@@ -101,10 +101,14 @@ def check_object(e: Errs, d: Obj, key: str, path: str) -> None:
 
 
 def normalize_quantity(value: str | int | float) -> str:
-    """Quantities are stored as strings; numbers become their exact quantity text."""
+    """Quantities are stored as strings; numbers become their exact quantity text.
+
+    Raises ``ValueError`` for a number whose text would not parse back (too many digits)."""
     if isinstance(value, str):
         return value
-    return format_quantity(parse_quantity(value, allow_negative=True))
+    text = format_quantity(parse_quantity(value, allow_negative=True))
+    parse_quantity(text, allow_negative=True)
+    return text
 
 
 def check_quantity(e: Errs, d: Obj, key: str, path: str, *, required: bool = False) -> None:
@@ -121,7 +125,6 @@ def check_quantity(e: Errs, d: Obj, key: str, path: str, *, required: bool = Fal
         return
     try:
         parse_quantity(raw)
+        d[key] = normalize_quantity(raw)
     except ValueError as exc:
         e.invalid(p, raw, str(exc))
-        return
-    d[key] = normalize_quantity(raw)
