@@ -83,6 +83,10 @@ class Engine:
         # Set by changes that could make room; the unschedulable set is moved once per cycle,
         # not once per change (a burst of pod completions would otherwise rescan it each time).
         self._room_appeared = False
+        # pod uid -> the placement whose assumption the snapshot holds for it: when that
+        # assumption was dropped (its node went) and the pod decided again, the answer to the
+        # earlier bind must not undo the later one
+        self._deciding: dict[str, Placement] = {}
 
     # -- changes from the stream -----------------------------------------------------------
     def ours(self, pod: PodInfo) -> bool:
@@ -141,7 +145,9 @@ class Engine:
                 node = self.snapshot.node(slot)
                 self.snapshot.assume(pod, slot)
                 self._after_assume(pod, slot)
-                placements.append(Placement(pod, slot, node.name, node.uid))
+                placement = Placement(pod, slot, node.name, node.uid)
+                self._deciding[pod.uid] = placement
+                placements.append(placement)
                 continue
             message = self._explain(pod)
             plan = None
@@ -224,6 +230,8 @@ class Engine:
         """The bind committed; ``row_version`` is the pod's version it wrote. The snapshot
         records the bound pod at once, so an older version arriving late changes nothing."""
         self.queue.done(p.pod.uid)
+        if self._deciding.get(p.pod.uid) is p:
+            del self._deciding[p.pod.uid]
         cur = self.snapshot.pods.get(p.pod.uid)
         if row_version is None or cur is None or cur.row_version >= row_version:
             return
@@ -233,7 +241,9 @@ class Engine:
 
     def lost(self, p: Placement, now: float) -> None:
         """The bind did not commit (the pod changed, or the node had no room after all)."""
-        self.snapshot.forget(p.pod)
+        if self._deciding.get(p.pod.uid) is p:
+            del self._deciding[p.pod.uid]
+            self.snapshot.forget(p.pod)
         latest = self.snapshot.pods.get(p.pod.uid)
         if latest is not None and latest.pending and self.ours(latest):
             self.queue.retry(latest, now)
