@@ -364,6 +364,12 @@ class Cluster:
             for uid, (slot, cpu, mem, gpu) in snap.nominated.items()
         }
         placements, failures = self.engine.cycle(self.now, max_pods)
+        # A hold that moved to another node during the cycle (its pod preempted elsewhere)
+        # no longer holds room on the first node for the pods placed after the move.
+        held_after = {uid: snap.node(held[0]).name for uid, held in snap.nominated.items()}
+        held_before = {
+            uid: h for uid, h in held_before.items() if held_after.get(uid, h[0]) == h[0]
+        }
         committed = self.committed()
         placed_now: set[str] = set()
         for pl in placements:
@@ -713,19 +719,22 @@ def test_preemption_is_lawful_and_the_nominee_lands(
         c.add_pod(attrs)
     waiting: dict[str, tuple[str, int]] = {}  # nominee -> (node, step of its nomination)
     plans: list[tuple[int, str, str]] = []  # (step, node, preemptor)
+    placed: dict[str, str] = {}  # every placement so far: pod -> node
     for step in range(8):
         victims_gone = step % 2 == 1
         if victims_gone:
             for uid in [p.uid for p in c.pods.values() if p.deleting]:
                 c.delete_pod(uid)
         placements, failures, acted = c.cycle(1.0 if step == 0 else 100.0, 1000, act)
-        landed = {pl.pod.uid: pl.node_name for pl in placements}
+        placed.update({pl.pod.uid: pl.node_name for pl in placements})
         plans += [(step, f.preemption.node_name, f.pod.uid) for f in failures if f.preemption]
         if victims_gone:
             for uid, (where, nominated_at) in waiting.items():
                 rivals = [u for t, n, u in plans if n == where and u != uid and t >= nominated_at]
                 if not rivals:
-                    assert landed.get(uid) == where, f"{uid} nominated to {where}, not placed"
+                    # it may already have landed: batch-allocatable beyond allocatable, or a
+                    # rival's hold that moved away, can make room before its victims are gone
+                    assert placed.get(uid) == where, f"{uid} nominated to {where}, not placed"
             waiting = {}
         else:
             for f in failures:
@@ -788,4 +797,24 @@ def test_a_pod_assumed_on_a_removed_node_is_not_counted_there_later() -> None:
     c.check_snapshot()
     snap = c.engine.snapshot
     assert snap.placed == {decided.placement.pod.uid: snap.slot_of[second]}
+    c.settle()
+
+
+def test_a_bind_lost_with_its_node_keeps_a_later_decision_from_the_same_version() -> None:
+    c = Cluster(0)
+    c.add_node(PLAIN_NODE, reuse=False)
+    c.add_pod({**PLAIN_POD, "cpu": 100})
+    c.cycle(0.0, 10, [True])
+    uid = c.inflight[0].placement.pod.uid
+    c.write_pod(c.pods[uid])  # the first decision goes stale; the pod is queued again
+    c.resolve(0, echo=True)  # its bind loses: the pod is also retried after a backoff
+    c.cycle(0.0, 10, [True])  # decided again, from the new version
+    [second] = c.inflight
+    c.add_node(PLAIN_NODE, reuse=False)
+    c.delete_node(second.placement.node_name)  # that node goes before the bind is answered
+    c.cycle(10.0, 10, [True])  # the retry decides it a third time, from the same version
+    [_, third] = c.inflight
+    assert third.placement.pod is second.placement.pod
+    c.resolve(0, echo=True)  # the second bind loses (its node is gone) ...
+    c.check_snapshot()  # ... and the third decision still holds its room
     c.settle()
