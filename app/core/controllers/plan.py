@@ -1,0 +1,122 @@
+"""The writes a controller asks for, and the small vocabulary controllers share.
+
+A plan is data, not actions: the worker that applies it decides how (one transaction, optimistic
+concurrency through ``resourceVersion``), and tests apply it to in-memory lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from app.core.kinds import API_VERSION
+
+Obj = dict[str, Any]
+
+
+class Delete(NamedTuple):
+    """An object to delete, named precisely: the uid guards against deleting a namesake
+    created after the controller read the old one."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The writes one reconcile asks for.
+
+    ``creates`` are full objects (``metadata.name`` or ``metadata.generateName``, labels,
+    ownerReferences); ``updates`` are whole objects whose spec or metadata changed, carrying
+    the ``metadata.resourceVersion`` they were read at so a concurrent change fails the write;
+    ``status`` is the owner's new status (``None`` when unchanged); ``requeue_after`` is how many
+    seconds from now the controller wants to look again even if nothing changes.
+    """
+
+    creates: tuple[Obj, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    updates: tuple[Obj, ...] = ()
+    status: Obj | None = None
+    requeue_after: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write (a requeue is not a write)."""
+        return not (self.creates or self.deletes or self.updates) and self.status is None
+
+
+# ------------------------------------------------------------------------------ shared helpers
+
+
+def owner_reference(owner: Obj) -> Obj:
+    """The controller reference a child carries, so the owner finds it again by uid and the
+    garbage collector deletes it with its owner."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controller_uid(obj: Obj) -> str | None:
+    """The uid of the object's controlling owner, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            uid = ref.get("uid")
+            return str(uid) if uid is not None else None
+    return None
+
+
+def is_deleting(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def delete_of(obj: Obj) -> Delete:
+    meta = obj["metadata"]
+    return Delete(obj["kind"], meta.get("namespace", ""), meta["name"], str(meta["uid"]))
+
+
+def parse_time(text: str | None) -> float | None:
+    """Seconds since the epoch for an RFC 3339 timestamp; ``None`` if absent or unreadable."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """RFC 3339 in UTC with second precision, as the store prints timestamps."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_ready_since(pod: Obj) -> float | None:
+    """When the pod last became Ready, or ``None`` if it is not Ready now.
+
+    A Ready condition without a readable time counts as ready since the epoch: it is ready,
+    and nothing says for how long, so waiting would never end."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            if cond.get("status") != "True":
+                return None
+            since = parse_time(cond.get("lastTransitionTime"))
+            return since if since is not None else 0.0
+    return None
+
+
+def available_at(pod: Obj, min_ready_seconds: int) -> float | None:
+    """The time the pod counts as available (Ready for ``minReadySeconds``); ``None`` if it
+    is not Ready."""
+    since = pod_ready_since(pod)
+    return None if since is None else since + min_ready_seconds
