@@ -66,6 +66,7 @@ COMPONENTS: tuple[Component, ...] = (
         ("{python}", "-m", "celery", "-A", "workers.app", "worker", "--loglevel=INFO"),
         requires="workers.app",
     ),
+    Component("dispatcher", ("{python}", "-m", "workers.dispatch"), requires="workers.dispatch"),
     Component(
         "beat",
         (

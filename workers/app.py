@@ -1,0 +1,52 @@
+"""The Celery application every controller worker and the beat scheduler load.
+
+A task carries a key (kind, namespace, name), never a payload: the worker re-reads the state,
+so a duplicated or late task is harmless. Delivery is at least once on Redis: a task is
+acknowledged only after it ran (``task_acks_late``), a task whose worker died is given back
+(``task_reject_on_worker_lost``), and messages unacknowledged for ``visibility_timeout`` are
+redelivered. Keys are routed by hash to ``QM_RECONCILE_QUEUES`` queues, so reconciles of one
+key land on one queue and more worker processes or machines share the load.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+QUEUES = int(os.environ.get("QM_RECONCILE_QUEUES", "4"))
+RESYNC_SECONDS = float(os.environ.get("QM_RESYNC_SECONDS", "60"))
+
+
+def queue_for(kind: str, namespace: str, name: str) -> str:
+    """The queue of one key: stable across processes (crc32, not Python's salted hash)."""
+    return f"reconcile-{zlib.crc32(f'{kind}/{namespace}/{name}'.encode()) % QUEUES}"
+
+
+app = Celery(
+    "quaymaster",
+    broker=os.environ.get("QM_BROKER_URL", "redis://127.0.0.1:6379/0"),
+    include=["workers.tasks"],
+)
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    task_acks_on_failure_or_timeout=True,
+    worker_prefetch_multiplier=1,
+    broker_transport_options={"visibility_timeout": 120},
+    broker_connection_retry_on_startup=True,
+    task_queues=[
+        Queue(name, Exchange(name, type="direct"), routing_key=name)
+        for name in [f"reconcile-{i}" for i in range(QUEUES)] + ["control"]
+    ],
+    task_default_queue="control",
+    task_ignore_result=True,
+    task_serializer="json",
+    accept_content=["json"],
+    timezone="UTC",
+    beat_schedule={
+        "resync": {"task": "workers.tasks.resync", "schedule": RESYNC_SECONDS},
+    },
+)

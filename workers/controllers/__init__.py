@@ -1,0 +1,28 @@
+"""The controllers' I/O shells, by the kind whose key they reconcile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from workers.controllers import deployment, replicaset
+from workers.runtime import Runtime
+
+Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
+
+CONTROLLERS: dict[str, Controller] = {
+    "ReplicaSet": replicaset.reconcile_key,
+    "Deployment": deployment.reconcile_key,
+}
+
+_TABLES = {"ReplicaSet": "replicasets", "Deployment": "deployments"}
+
+
+async def list_keys(rt: Runtime) -> list[tuple[str, str, str]]:
+    """Every key some controller owns (for the periodic resync)."""
+    pool = await rt.pool()
+    keys: list[tuple[str, str, str]] = []
+    for kind, table in _TABLES.items():
+        for r in await pool.fetch(f"SELECT namespace, name FROM {table}"):
+            keys.append((kind, r["namespace"], r["name"]))
+    return keys

@@ -1,0 +1,65 @@
+"""Applying a controller's plan with the store: the same admission and version rules as the API.
+
+Creates of one plan are one statement, so a worker killed mid-reconcile leaves all of them or
+none; the next reconcile re-reads the state and sees what is there. Deletes name the uid they
+mean. The owner's status is written conditionally on the version the reconcile read; losing
+that race just means the next reconcile (already enqueued by the change that won) writes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+from app.core.admission import admit
+from app.core.controllers.plan import Plan
+from app.core.errors import AlreadyExists, Conflict, NotFound
+from app.core.kinds import BY_KIND, Kind
+from app.core.names import generate_name, max_name_length
+from app.store.store import Store, Stored
+
+ACTOR = "system:quaymaster-controller"
+_rng = random.SystemRandom()
+
+
+def _named(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("name"):
+        meta["name"] = generate_name(
+            meta.get("generateName") or "", _rng, max_length=max_name_length(kind.kind)
+        )
+    return obj
+
+
+def with_version(stored: Stored) -> dict[str, Any]:
+    """The object as a controller reads it: ``resourceVersion`` is the row version, which is
+    what a conditional update of it must name."""
+    obj = dict(stored.obj)
+    obj["metadata"] = {**obj["metadata"], "resourceVersion": str(stored.row_version)}
+    return obj
+
+
+async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in plan.creates:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    for kind_name, objs in by_kind.items():
+        kind = BY_KIND[kind_name]
+        with contextlib.suppress(AlreadyExists):
+            await store.create_many(kind, [admit(kind, _named(kind, dict(o)), None) for o in objs])
+    for d in plan.deletes:
+        with contextlib.suppress(NotFound, Conflict):
+            await store.delete(
+                BY_KIND[d.kind], d.namespace, d.name, expected_uid=d.uid, actor=ACTOR
+            )
+    for obj in plan.updates:
+        kind = BY_KIND[obj["kind"]]
+        expected = int(obj["metadata"]["resourceVersion"])
+        with contextlib.suppress(NotFound, Conflict):
+            await store.update(kind, admit(kind, dict(obj), None), expected, actor=ACTOR)
+    if plan.status is not None:
+        image = dict(owner.obj)
+        image["status"] = plan.status
+        with contextlib.suppress(NotFound, Conflict):
+            await store.update_status(owner.kind, image, owner.row_version)

@@ -1,0 +1,64 @@
+"""Celery tasks: reconcile one key, and resync every key.
+
+``enqueue`` is how anything asks for a reconcile: it deduplicates through the key's pending
+marker and routes the task to the key's queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import Task
+
+from workers.app import app, queue_for
+from workers.controllers import CONTROLLERS, list_keys
+from workers.runtime import Busy, key_text, runtime
+
+log = logging.getLogger(__name__)
+BUSY_RETRY_SECONDS = 0.2
+MAX_REQUEUE_SECONDS = 60.0
+
+
+def enqueue(kind: str, namespace: str, name: str) -> bool:
+    """Ask for a reconcile of one key; False when one is already pending."""
+    if not runtime().mark_pending(key_text(kind, namespace, name)):
+        return False
+    reconcile.apply_async((kind, namespace, name), queue=queue_for(kind, namespace, name))
+    return True
+
+
+@app.task(bind=True, name="workers.tasks.reconcile", max_retries=None)
+def reconcile(self: Task, kind: str, namespace: str, name: str) -> None:
+    key = key_text(kind, namespace, name)
+    rt = runtime()
+    rt.clear_pending(key)  # before reading: a change from now on enqueues the key again
+    controller = CONTROLLERS.get(kind)
+    if controller is None:
+        log.warning("no controller for %s", key)
+        return
+    try:
+        requeue_after: float | None = rt.run(controller(rt, namespace, name, time.time()))
+    except Busy:
+        raise self.retry(countdown=BUSY_RETRY_SECONDS) from None
+    log.info(
+        "reconciled %s%s", key, "" if requeue_after is None else f", again in {requeue_after:.1f}s"
+    )
+    if requeue_after is not None:
+        # A timed look later: not through the pending marker, which would swallow every change
+        # until then. Capped below the broker's visibility timeout; resync covers longer waits.
+        reconcile.apply_async(
+            (kind, namespace, name),
+            queue=queue_for(kind, namespace, name),
+            countdown=min(max(0.0, requeue_after), MAX_REQUEUE_SECONDS),
+        )
+
+
+@app.task(name="workers.tasks.resync")
+def resync() -> int:
+    """Enqueue every key every controller owns: the level-triggered safety net."""
+    rt = runtime()
+    count = 0
+    for kind, namespace, name in rt.run(list_keys(rt)):
+        count += enqueue(kind, namespace, name)
+    return count
