@@ -57,6 +57,8 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         )
         assert got.returncode == 0, got.stderr
         assert "default" in got.stdout
+        time.sleep(3.0)  # the other processes stay up too
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -65,5 +67,8 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             proc.kill()
             out, _ = proc.communicate()
     assert proc.returncode == 0, out
+    running = next(line for line in out.splitlines() if "Running:" in line)
+    for name in ("api", "scheduler", "worker", "dispatcher", "beat"):
+        assert name in running, running
     pidfile = tmp_path / "state" / "postgres" / "data" / "postmaster.pid"
     assert not pidfile.exists(), "PostgreSQL was stopped"
