@@ -26,7 +26,9 @@ from app.store.store import Store
 
 T = TypeVar("T")
 PENDING_PREFIX = "qm:pending:"
-PENDING_TTL = 300  # a marker whose task was lost does not block the key for longer
+# A marker whose task was lost (its worker died holding it) blocks the key's enqueues for at
+# most this long; after that the next change or resync enqueues the key again.
+PENDING_TTL = int(os.environ.get("QM_PENDING_TTL", "30"))
 
 
 class Busy(Exception):

@@ -265,3 +265,40 @@ def test_a_deployment_rolls_out_a_new_template_as_pods_become_ready(plane: Plane
         ),
         what="the deployment's status",
     )
+
+
+def test_a_worker_killed_mid_reconcile_leaves_no_duplicates(plane: Plane, tmp_path: Path) -> None:
+    plane.env["QM_PENDING_TTL"] = "3"
+    worker = start_worker(plane, concurrency=1)
+    plane.start("-m", "workers.dispatch")
+    plane.start(
+        "-m", "celery", "-A", "workers.app", "beat", "--loglevel=WARNING",
+        "--schedule", str(tmp_path / "beat-schedule"),
+    )  # fmt: skip
+    time.sleep(1.0)
+    uid = plane.replicaset("big", 1500)  # three plans of at most 500 creates each
+    plane.wait(lambda: len(plane.pods_of(uid)) >= 1, what="the first pods")
+    worker.kill()  # SIGKILL to the main process, mid-burst
+    worker.wait()
+    # Its task is lost until the broker's visibility timeout; the key's pending marker expires
+    # after QM_PENDING_TTL and the resync enqueues it again for the new worker.
+    start_worker(plane, concurrency=2)
+    plane.wait(lambda: len(plane.pods_of(uid)) == 1500, timeout=120, what="1,500 pods")
+    time.sleep(3.0)
+    assert len(plane.pods_of(uid)) == 1500
+
+
+def test_two_workers_racing_on_one_key_are_safe(plane: Plane) -> None:
+    from celery import Celery
+
+    uid = plane.replicaset("race", 40)
+    sender = Celery(broker=plane.env["QM_BROKER_URL"])
+    for i in range(60):  # the same key, on every queue, many times
+        sender.send_task(
+            "workers.tasks.reconcile", ("ReplicaSet", NS, "race"), queue=f"reconcile-{i % 4}"
+        )
+    start_worker(plane, concurrency=3)
+    start_worker(plane, concurrency=3)
+    plane.wait(lambda: len(plane.pods_of(uid)) == 40, what="40 pods")
+    time.sleep(3.0)  # every task has run
+    assert len(plane.pods_of(uid)) == 40
