@@ -18,22 +18,28 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres, create_database, drop_database
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import free_port
+from app.stream.revisioner import Revisioner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,3 +154,78 @@ def api_server(
         yield server
     finally:
         server.stop()
+
+
+# -- helpers for tests that run on a database of their own ------------------------------------
+
+
+def migrated_database(pg_server_url: str, prefix: str) -> str:
+    """A new database on the session's server with ``alembic upgrade head`` applied."""
+    url = create_database(pg_server_url, f"{prefix}_{secrets.token_hex(3)}")
+    subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=REPO_ROOT,
+        check=True,
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        timeout=300,
+    )
+    return url
+
+
+@contextlib.contextmanager
+def running_revisioner(url: str) -> Iterator[Callable[[], None]]:
+    """A revisioner thread on ``url``, streaming before the block starts, stopped after it.
+
+    Yields a function that stops it earlier (to test what happens while the stream stands)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=Revisioner(url, retain_s=3600).run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        with psycopg.connect(url, autocommit=True) as db:
+            deadline = time.monotonic() + 60
+            while not db.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
+            ).fetchone():
+                assert time.monotonic() < deadline, "the revisioner's slot never became active"
+                time.sleep(0.05)
+
+        def halt() -> None:
+            stop.set()
+            thread.join(timeout=10)
+
+        yield halt
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process still running, then SIGKILL any not gone within 15 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def make_database(pg_server_url: str) -> Callable[[str], str]:
+    """``make_database(prefix)``: a new, fully migrated database; returns its URL."""
+    return lambda prefix: migrated_database(pg_server_url, prefix)
+
+
+@pytest.fixture(scope="session")
+def revisioner_on() -> Callable[[str], contextlib.AbstractContextManager[Callable[[], None]]]:
+    """``with revisioner_on(url):`` a revisioner thread streaming that database."""
+    return running_revisioner
+
+
+@pytest.fixture(scope="session")
+def stop_all() -> Callable[[list[subprocess.Popen[bytes]]], None]:
+    """``stop_all(procs)``: SIGTERM, then SIGKILL after 15 s."""
+    return stop_processes

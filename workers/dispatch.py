@@ -17,8 +17,8 @@ import signal
 from collections.abc import Iterable
 
 from app.core.errors import Gone
-from app.scheduler.informer import Change, LogInformer
 from app.store.db import stream_database_url
+from app.stream.informer import Change, LogInformer
 from workers.controllers import CONTROLLERS
 
 log = logging.getLogger(__name__)

@@ -38,13 +38,13 @@ from app.core.scheduling.engine import Config, Engine, Failure, Placement
 from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 from app.scheduler.binder import Bind, bind_many
-from app.scheduler.informer import Change, LogInformer
 from app.scheduler.lease import LeaderLease
 from app.scheduler.metrics import serve
 from app.scheduler.writes import EventNote, PodRef, mark_unschedulable, nominate, record_events
 from app.store.db import create_pool
 from app.store.sql import COLS
 from app.store.store import Store
+from app.stream.informer import Change, LogInformer
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,6 @@ class SchedulerService:
         self._inflight: set[asyncio.Task[None]] = set()
         self._batch_inflight: dict[asyncio.Task[None], int] = {}  # bind task -> pods
         self._batch_pods = 0
-        self.bound_total = 0
 
     # -- leadership ----------------------------------------------------------------------------
     def leading(self) -> bool:
@@ -395,7 +394,6 @@ class SchedulerService:
             seen = self.first_seen.pop(b.pod_uid, None)
             if seen is not None:
                 self.metrics.latency.labels(band(p.pod.priority)).observe(max(0.0, now - seen))
-        self.bound_total += len(result.bound)
         self.metrics.attempts.labels("scheduled").inc(len(result.bound))
         for reason, lost in (("stale", result.stale), ("no_room", result.no_room)):
             if lost:

@@ -146,6 +146,17 @@ def dependents() -> str:
 
 
 @cache
+def owned_by(kind: Kind) -> str:
+    """Objects of one kind in namespace ``$1`` controlled by any of the owners ``$2``
+    (``$2``: their ``[{"uid": ...}]`` patterns as JSON text; a list of lists would be sent
+    as a two-dimensional array)."""
+    return (
+        f"SELECT {COLS} FROM {kind.table}"
+        " WHERE namespace = $1 AND owner_references @> ANY($2::text[]::jsonb[])"
+    )
+
+
+@cache
 def drop_owner(kind: Kind) -> str:
     return f"""
 UPDATE {kind.table} SET owner_references = coalesce(

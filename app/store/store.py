@@ -98,6 +98,16 @@ class Store:
             )
         return [_stored(kind, r) for r in recs]
 
+    async def owned(self, kind: Kind, namespace: str, owner_uids: list[str]) -> list[Stored]:
+        """The ``kind`` objects in ``namespace`` that name any of ``owner_uids`` as an owner,
+        in one query (what a controller reads to find its children)."""
+        if not owner_uids:
+            return []
+        patterns = [_json([{"uid": uid}]) for uid in owner_uids]
+        return [
+            _stored(kind, r) for r in await self.pool.fetch(sql.owned_by(kind), namespace, patterns)
+        ]
+
     # -- creates -------------------------------------------------------------------------
     async def create(self, kind: Kind, obj: dict[str, Any], actor: str | None = None) -> Stored:
         cols = split(kind, obj)

@@ -9,25 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import secrets
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from app.core.errors import Gone
 from app.core.kinds import BY_KIND
-from app.devstack.postgres import create_database
 from app.stream.cache import WatchCache, Watcher
 from app.stream.logwriter import compact
-from app.stream.revisioner import Revisioner
 
 NS = "compaction"
 CM = BY_KIND["ConfigMap"]
@@ -35,30 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def own_db(pg_server_url: str) -> Iterator[str]:
-    url = create_database(pg_server_url, f"qm_compact_{secrets.token_hex(3)}")
-    subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=ROOT,
-        check=True,
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        timeout=300,
-    )
-    stop = threading.Event()
-    rev = Revisioner(url, retain_s=3600)
-    thread = threading.Thread(target=rev.run, args=(stop,), daemon=True)
-    thread.start()
-    with psycopg.connect(url, autocommit=True) as db:  # streaming before anything is written
-        for _ in range(300):
-            if db.execute(
-                "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-            ).fetchone():
-                break
-            time.sleep(0.05)
-    yield url
-    stop.set()
-    thread.join(timeout=10)
+def own_db(make_database: Any, revisioner_on: Any) -> Iterator[str]:
+    url = make_database("qm_compact")
+    with revisioner_on(url):
+        yield url
 
 
 def _write(db: psycopg.Connection, names: list[str], value: str) -> None:

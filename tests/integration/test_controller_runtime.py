@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,9 +18,6 @@ from typing import Any
 
 import psycopg
 import pytest
-
-from app.devstack.postgres import create_database
-from app.stream.revisioner import Revisioner
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "ctl"
@@ -78,20 +73,8 @@ class Plane:
 
 
 @pytest.fixture
-def plane(pg_server_url: str, redis_url: str) -> Iterator[Plane]:
-    url = create_database(pg_server_url, f"qm_ctl_{secrets.token_hex(3)}")
-    subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=ROOT,
-        check=True,
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        timeout=300,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=Revisioner(url, retain_s=3600).run, args=(stop,), daemon=True)
-    thread.start()
-    db = psycopg.connect(url, autocommit=True)
+def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str) -> Iterator[Plane]:
+    url = make_database("qm_ctl")
     # Each test gets its own Redis database index, so queues and markers start empty.
     broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
     env = {
@@ -102,28 +85,12 @@ def plane(pg_server_url: str, redis_url: str) -> Iterator[Plane]:
         "QM_RESYNC_SECONDS": "2",
         "PYTHONUNBUFFERED": "1",
     }
-    p = Plane(url, db, env, [])
-    p.wait(
-        lambda: db.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-        ).fetchone(),
-        what="the revisioner's slot",
-    )
-    try:
-        yield p
-    finally:
-        for proc in p.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in p.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        stop.set()
-        thread.join(timeout=10)
-        db.close()
+    with revisioner_on(url), psycopg.connect(url, autocommit=True) as db:
+        p = Plane(url, db, env, [])
+        try:
+            yield p
+        finally:
+            stop_all(p.procs)
 
 
 def start_worker(p: Plane, concurrency: int = 2) -> subprocess.Popen[bytes]:

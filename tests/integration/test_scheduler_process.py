@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,27 +23,15 @@ import httpx
 import psycopg
 import pytest
 
-from app.devstack.postgres import create_database
 from app.devstack.supervise import free_port
-from app.stream.revisioner import Revisioner
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "team-a"
 
 
 @pytest.fixture(scope="module")
-def template(pg_server_url: str) -> str:
-    name = f"qm_sched_tpl_{secrets.token_hex(3)}"
-    url = create_database(pg_server_url, name)
-    subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=ROOT,
-        check=True,
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        timeout=300,
-    )
-    return name
+def template(make_database: Any) -> str:
+    return str(make_database("qm_sched_tpl").rsplit("/", 1)[1])
 
 
 @dataclass
@@ -53,13 +39,7 @@ class Cluster:
     url: str
     db: psycopg.Connection[Any]
     procs: list[subprocess.Popen[bytes]]
-    stream_stop: threading.Event
-    stream_thread: threading.Thread
-
-    def stop_stream(self) -> None:
-        """Stop the revisioner: nothing new reaches the revision log."""
-        self.stream_stop.set()
-        self.stream_thread.join(timeout=10)
+    stop_stream: Callable[[], None]  # nothing new reaches the revision log after it
 
     def node(self, name: str, zone: str, cpu: str = "4", memory: str = "8Gi", **extra: Any) -> None:
         labels = {"topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": name}
@@ -164,38 +144,19 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(pg_server_url: str, template: str) -> Iterator[Cluster]:
+def cluster(
+    pg_server_url: str, template: str, revisioner_on: Any, stop_all: Any
+) -> Iterator[Cluster]:
     name = f"qm_sched_{secrets.token_hex(3)}"
     with psycopg.connect(pg_server_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     url = pg_server_url.rsplit("/", 1)[0] + "/" + name
-    stop = threading.Event()
-    rev = Revisioner(url, retain_s=3600)
-    thread = threading.Thread(target=rev.run, args=(stop,), daemon=True)
-    thread.start()
-    db = psycopg.connect(url, autocommit=True)
-    c = Cluster(url, db, [], stop, thread)
-    c.wait(
-        lambda: db.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-        ).fetchone(),
-        what="the revisioner's slot",
-    )
-    try:
-        yield c
-    finally:
-        for p in c.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in c.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        stop.set()
-        thread.join(timeout=10)
-        db.close()
+    with revisioner_on(url) as halt, psycopg.connect(url, autocommit=True) as db:
+        c = Cluster(url, db, [], halt)
+        try:
+            yield c
+        finally:
+            stop_all(c.procs)
 
 
 def metrics(port: int) -> str:

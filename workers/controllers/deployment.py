@@ -6,22 +6,12 @@ from __future__ import annotations
 from app.core.controllers import deployment
 from app.core.errors import NotFound
 from app.core.kinds import BY_KIND
-from app.store.sql import COLS
-from app.store.store import Stored, _stored
 from workers.controllers.apply import apply_plan, with_version
 from workers.runtime import Runtime, key_text
 
 DEPLOYMENT = BY_KIND["Deployment"]
 RS = BY_KIND["ReplicaSet"]
 POD = BY_KIND["Pod"]
-_OWNED = "SELECT {cols} FROM {table} WHERE namespace = $1 AND owner_references @> $2::jsonb"
-
-
-async def _owned(rt: Runtime, table: str, kind_uid: str, namespace: str) -> list[Stored]:
-    pool = await rt.pool()
-    kind = RS if table == "replicasets" else POD
-    rows = await pool.fetch(_OWNED.format(cols=COLS, table=table), namespace, [{"uid": kind_uid}])
-    return [_stored(kind, r) for r in rows]
 
 
 async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
@@ -31,10 +21,8 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
             dep = await store.get(DEPLOYMENT, namespace, name)
         except NotFound:
             return None
-        replicasets = await _owned(rt, "replicasets", dep.uid, namespace)
-        pods: list[Stored] = []
-        for rs in replicasets:
-            pods.extend(await _owned(rt, "pods", rs.uid, namespace))
+        replicasets = await store.owned(RS, namespace, [dep.uid])
+        pods = await store.owned(POD, namespace, [rs.uid for rs in replicasets])
         plan = deployment.reconcile(
             with_version(dep),
             [with_version(rs) for rs in replicasets],

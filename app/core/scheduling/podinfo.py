@@ -8,7 +8,7 @@ filter work and failure explanations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -143,7 +143,6 @@ class PodInfo:
     started: float  # when it was bound/started (for choosing victims); created if unknown
     req: Requirements
     scheduled_condition: tuple[str, str] | None = None  # (reason, message) of PodScheduled=False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def holds_room(self) -> bool:

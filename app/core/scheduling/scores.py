@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core.scheduling.filters import limits, node_term_mask, spread_counts
-from app.core.scheduling.podinfo import PodInfo
+from app.core.scheduling.podinfo import ZONE_KEY, PodInfo
 from app.core.scheduling.snapshot import I64, Snapshot
 
 F64 = npt.NDArray[np.float64]
@@ -60,7 +60,7 @@ def owner_spread_score(snap: Snapshot, pod: PodInfo, cand: I64) -> F64 | None:
         return None
     per_slot = snap.slot_counts(siblings)
     node = per_slot[cand].astype(np.float64)
-    ids, names = snap.domains("topology.kubernetes.io/zone")
+    ids, names = snap.domains(ZONE_KEY)
     if names:
         keep = (per_slot > 0) & (ids >= 0)  # siblings on nodes without a zone: no zone
         per_zone = np.bincount(ids[keep], weights=per_slot[keep], minlength=len(names))

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from app.core.errors import StatusError
 from app.core.quantity import cpu_millis, to_bytes, to_int
-from app.core.scheduling.podinfo import GPU, HOSTNAME_KEY, ZONE_KEY, PodInfo
+from app.core.scheduling.podinfo import GPU, HOSTNAME_KEY, PodInfo
 
 I64 = npt.NDArray[np.int64]
 BOOL = npt.NDArray[np.bool_]
@@ -60,10 +60,6 @@ class NodeInfo:
     pods: int | None
     batch_cpu_milli: int | None
     batch_memory_bytes: int | None
-
-    @property
-    def zone(self) -> str:
-        return self.labels.get(ZONE_KEY, "")
 
 
 def _quantity(table: dict[str, Any], key: str, parse: Any) -> int | None:
@@ -134,6 +130,7 @@ class Snapshot:
         self._domain_cache: dict[str, tuple[I32, list[str]]] = {}
         self._label_mask_cache: dict[tuple[str, str], BOOL] = {}
         self._key_mask_cache: dict[str, BOOL] = {}
+        self._tainted: tuple[tuple[int, int], list[int]] | None = None
         self._grow(capacity)
 
     # -- arrays ------------------------------------------------------------------------------
@@ -159,7 +156,6 @@ class Snapshot:
         g("ready", np.bool_, False)
         g("cordoned", np.bool_, False)
         g("schedulable", np.bool_, False)  # live, ready and not cordoned
-        g("zone_id", np.int32, -1)
         self.nodes.extend([None] * (capacity - old))
         self.free_slots.extend(range(capacity - 1, old - 1, -1))
 
@@ -186,7 +182,6 @@ class Snapshot:
     ready: BOOL
     cordoned: BOOL
     schedulable: BOOL
-    zone_id: I32
 
     @property
     def node_count(self) -> int:
@@ -234,7 +229,6 @@ class Snapshot:
         self.ready[slot] = info.ready and not missing
         self.cordoned[slot] = info.unschedulable
         self.schedulable[slot] = bool(self.ready[slot]) and not info.unschedulable
-        self.zone_id[slot] = self._zone_index(info.zone)
         self.room_epoch += 1
 
     def _static_changed_if(self, old: NodeInfo | None, new: NodeInfo) -> None:
@@ -254,7 +248,6 @@ class Snapshot:
         self.schedulable[slot] = False
         for arr in (self.alloc_cpu, self.alloc_mem, self.alloc_gpu, self.alloc_pods):
             arr[slot] = 0
-        self.zone_id[slot] = -1
         for uid in list(self.slot_pods.get(slot, ())):
             pod = self.pods.get(uid)
             if pod is not None:
@@ -275,18 +268,6 @@ class Snapshot:
         self._domain_cache.clear()
         self._label_mask_cache.clear()
         self._key_mask_cache.clear()
-
-    _zones: dict[str, int]
-
-    def _zone_index(self, zone: str) -> int:
-        zones = self.__dict__.setdefault("_zones", {})
-        if zone not in zones:
-            zones[zone] = len(zones)
-        return int(zones[zone])
-
-    @property
-    def zone_count(self) -> int:
-        return len(self.__dict__.get("_zones", {}))
 
     # -- label-derived masks (cached per static epoch) ---------------------------------------
     def label_mask(self, key: str, value: str) -> BOOL:
@@ -313,12 +294,10 @@ class Snapshot:
 
     def tainted(self) -> list[int]:
         """Slots of nodes with any taint (cached per static epoch)."""
-        cached = self.__dict__.get("_tainted")
-        if cached is None or cached[0] != (self.static_epoch, self.cap):
+        if self._tainted is None or self._tainted[0] != (self.static_epoch, self.cap):
             slots = [slot for slot, n in self.iter_nodes() if n.taints]
-            cached = self.__dict__["_tainted"] = ((self.static_epoch, self.cap), slots)
-        result: list[int] = cached[1]
-        return result
+            self._tainted = ((self.static_epoch, self.cap), slots)
+        return self._tainted[1]
 
     def soft_taint_mask(self) -> BOOL:
         """Nodes with a PreferNoSchedule taint (scored, not filtered)."""

@@ -1,4 +1,4 @@
-"""List then watch the revision log for the kinds the scheduler cares about.
+"""List then watch the revision log for chosen kinds (the scheduler, the controller dispatcher).
 
 The same two steps as the API's watch cache (``app.stream.cache``), without the cache: ``list``
 reads the latest entry of every live object at revision R = ``last_revision`` in one
