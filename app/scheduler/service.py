@@ -38,16 +38,17 @@ from app.core.scheduling.engine import Config, Engine, Failure, Placement
 from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 from app.scheduler.binder import Bind, bind_many
-from app.scheduler.lease import LeaderLease
 from app.scheduler.metrics import serve
 from app.scheduler.writes import EventNote, PodRef, mark_unschedulable, nominate, record_events
 from app.store.db import create_pool
+from app.store.lease import LeaderLease
 from app.store.sql import COLS
 from app.store.store import Store
 from app.stream.informer import Change, LogInformer
 
 log = logging.getLogger(__name__)
 
+LEASE_NAME = "quaymaster-scheduler"
 POD = BY_KIND["Pod"]
 _PENDING_PRODUCTION = (
     f"SELECT {COLS} FROM pods WHERE node_name IS NULL AND deletion_timestamp IS NULL"
@@ -167,7 +168,11 @@ class SchedulerService:
                     log.warning("metrics endpoint not started on port %s: %s", s.metrics_port, exc)
             if s.leader_elect:
                 self.lease = LeaderLease(
-                    self.pool, s.identity, duration=s.lease_duration, renew_every=s.lease_renew
+                    self.pool,
+                    s.identity,
+                    name=LEASE_NAME,
+                    duration=s.lease_duration,
+                    renew_every=s.lease_renew,
                 )
                 tasks.append(asyncio.create_task(self.lease.run(stop, self._on_leadership)))
             else:

@@ -5,99 +5,11 @@ worker and the dispatcher, on a database of their own.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import psycopg
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-NS = "ctl"
-
-
-@dataclass
-class Plane:
-    url: str
-    db: psycopg.Connection[Any]
-    env: dict[str, str]
-    procs: list[subprocess.Popen[bytes]]
-
-    def start(self, *argv: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=self.env)
-        self.procs.append(proc)
-        return proc
-
-    def replicaset(self, name: str, replicas: int) -> str:
-        uid = str(uuid.uuid4())
-        template = {
-            "metadata": {"labels": {"app": name}},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-        }
-        spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                "template": template}  # fmt: skip
-        self.db.execute(
-            "INSERT INTO replicasets (uid, namespace, name, labels, spec)"
-            " VALUES (%s, %s, %s, %s, %s)",
-            (uid, NS, name, json.dumps({"app": name}), json.dumps(spec)),
-        )
-        return uid
-
-    def pods_of(self, uid: str) -> list[str]:
-        rows = self.db.execute(
-            "SELECT name FROM pods WHERE owner_references @> %s::jsonb"
-            " AND deletion_timestamp IS NULL ORDER BY name",
-            (json.dumps([{"uid": uid}]),),
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    def wait(self, predicate: Any, timeout: float = 60.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.1)
-        state = self.db.execute(
-            "SELECT (SELECT count(*) FROM pods), (SELECT json_agg(json_build_array(name, status,"
-            " annotations)) FROM replicasets), (SELECT json_agg(json_build_array(generation,"
-            " status, spec->'template')) FROM deployments)"
-        ).fetchone()
-        raise AssertionError(f"timed out waiting for {what}; pods, statuses: {state}")
-
-
-@pytest.fixture
-def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str) -> Iterator[Plane]:
-    url = make_database("qm_ctl")
-    # Each test gets its own Redis database index, so queues and markers start empty.
-    broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "QM_STREAM_DATABASE_URL": url,
-        "QM_BROKER_URL": broker,
-        "QM_RESYNC_SECONDS": "2",
-        "PYTHONUNBUFFERED": "1",
-    }
-    with revisioner_on(url), psycopg.connect(url, autocommit=True) as db:
-        p = Plane(url, db, env, [])
-        try:
-            yield p
-        finally:
-            stop_all(p.procs)
-
-
-def start_worker(p: Plane, concurrency: int = 2) -> subprocess.Popen[bytes]:
-    return p.start(
-        "-m", "celery", "-A", "workers.app", "worker", "--loglevel=WARNING",
-        f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
-    )  # fmt: skip
+from plane import NS, Plane, start_worker
 
 
 def test_a_replicaset_gets_its_pods_and_replaces_lost_ones(plane: Plane) -> None:

@@ -20,8 +20,8 @@ import pytest
 
 from app.core.admission import admit
 from app.core.kinds import BY_KIND
-from app.scheduler.lease import LEASE_NAMESPACE, LeaderLease
 from app.store.db import create_pool
+from app.store.lease import LEASE_NAMESPACE, LeaderLease
 
 DURATION = 2.0
 RENEW = 0.5

@@ -1,8 +1,9 @@
-"""Leader election for the scheduler, on a Lease object stored in PostgreSQL.
+"""Leader election on a Lease object stored in PostgreSQL, for every singleton loop (the
+scheduler, the controller manager's loops).
 
-The Lease ``quaymaster-system/quaymaster-scheduler`` follows Kubernetes' coordination.k8s.io
+A Lease such as ``quaymaster-system/quaymaster-scheduler`` follows Kubernetes' coordination.k8s.io
 Lease: ``holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` (RFC 3339
-with microseconds and ``Z``) and ``leaseTransitions``. Every scheduler runs ``LeaderLease.run``;
+with microseconds and ``Z``) and ``leaseTransitions``. Every candidate runs ``LeaderLease.run``;
 the holder renews the lease every ``renew_every`` seconds, and a standby tries to take it at the
 same period.
 
@@ -34,7 +35,6 @@ from app.store.store import Store
 
 log = logging.getLogger(__name__)
 
-LEASE_NAME = "quaymaster-scheduler"
 LEASE_NAMESPACE = "quaymaster-system"
 
 _NOW = """to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
@@ -100,7 +100,7 @@ class LeaderLease:
         self,
         pool: asyncpg.Pool,
         identity: str,
-        name: str = LEASE_NAME,
+        name: str,
         namespace: str = LEASE_NAMESPACE,
         duration: float = 8.0,
         renew_every: float = 2.0,
