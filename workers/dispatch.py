@@ -2,7 +2,9 @@
 
 ``python -m workers.dispatch`` tails the revision log for the kinds controllers watch and maps
 each change to the keys it concerns: the object's own key when a controller owns its kind, and
-its controlling owner's key (a pod's change wakes its ReplicaSet). Each batch of changes
+its controlling owner's key (a pod's change wakes its ReplicaSet), and for a pod, every object
+in its namespace that selects pods by label rather than owning them (disruption budgets,
+quotas: see ``NamespaceIndex``). Each batch of changes
 enqueues each key once, and a key already pending is not enqueued again. Several dispatchers
 may run: the pending markers make their duplicates harmless.
 """
@@ -22,13 +24,40 @@ from app.stream.informer import Change, LogInformer
 from workers.controllers import CONTROLLERS
 
 log = logging.getLogger(__name__)
-WATCHED = ("Deployment", "ReplicaSet", "Pod")
+# Kinds whose objects select pods by label: any pod change in a namespace wakes all of them there.
+SELECTING = ("PodDisruptionBudget", "ResourceQuota")
+WATCHED = tuple(dict.fromkeys(("Deployment", "ReplicaSet", "Pod", *CONTROLLERS, *SELECTING)))
+Key = tuple[str, str, str]
 
 
-def keys_of(changes: Iterable[Change]) -> list[tuple[str, str, str]]:
+class NamespaceIndex:
+    """The names of the pod-selecting objects in each namespace, kept from the stream."""
+
+    def __init__(self) -> None:
+        self._by_ns: dict[str, dict[Key, None]] = {}
+
+    def observe(self, ch: Change) -> None:
+        if ch.kind not in SELECTING:
+            return
+        keys = self._by_ns.setdefault(ch.namespace, {})
+        key = (ch.kind, ch.namespace, ch.name)
+        if ch.op == "D":
+            keys.pop(key, None)
+        else:
+            keys[key] = None
+
+    def selecting(self, namespace: str) -> list[Key]:
+        return [k for k in self._by_ns.get(namespace, {}) if k[0] in CONTROLLERS]
+
+
+def keys_of(changes: Iterable[Change], index: NamespaceIndex | None = None) -> list[Key]:
     """The distinct keys a batch of changes concerns, in first-seen order."""
-    seen: dict[tuple[str, str, str], None] = {}
+    seen: dict[Key, None] = {}
     for ch in changes:
+        if index is not None:
+            index.observe(ch)
+            if ch.kind == "Pod":
+                seen.update(dict.fromkeys(index.selecting(ch.namespace)))
         if ch.kind in CONTROLLERS:
             seen[(ch.kind, ch.namespace, ch.name)] = None
         meta = ch.obj.get("metadata") or {}
@@ -45,12 +74,13 @@ async def run(stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             rev, items = await informer.list()
-            for kind, namespace, name in keys_of(items):  # everything there now, once
+            index = NamespaceIndex()
+            for kind, namespace, name in keys_of(items, index):  # everything there now, once
                 enqueue(kind, namespace, name)
             batches = informer.changes(rev)
             try:
                 async for batch in batches:
-                    for kind, namespace, name in keys_of(batch):
+                    for kind, namespace, name in keys_of(batch, index):
                         enqueue(kind, namespace, name)
                     if stop.is_set():
                         break

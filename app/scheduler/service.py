@@ -39,8 +39,10 @@ from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 from app.scheduler.binder import Bind, bind_many
 from app.scheduler.metrics import serve
-from app.scheduler.writes import EventNote, PodRef, mark_unschedulable, nominate, record_events
+from app.scheduler.writes import COMPONENT, PodRef, mark_unschedulable, nominate
 from app.store.db import create_pool
+from app.store.disruption import PREEMPTION, mark_disruption_targets
+from app.store.events import EventNote, ObjectRef, record_events
 from app.store.lease import LeaderLease
 from app.store.sql import COLS
 from app.store.store import Store
@@ -426,12 +428,12 @@ class SchedulerService:
                 last is None or now - last[1] >= CONDITION_REFRESH_SECONDS
             ):
                 conditions.append((ref, f.message))
-                notes.append(EventNote(ref, "FailedScheduling", f.message, "Warning"))
+                notes.append(_note(ref, "FailedScheduling", f.message, "Warning"))
                 self.condition_written[f.pod.uid] = (f.message, now)
             if f.preemption is not None:
                 nominations.append((ref, f.preemption.node_name))
                 notes.append(
-                    EventNote(
+                    _note(
                         ref,
                         "Nominated",
                         f"preempting {len(f.preemption.victims)} pod(s) on node "
@@ -441,7 +443,7 @@ class SchedulerService:
                 for v in f.preemption.victims:
                     victims.append((f, v))
                     notes.append(
-                        EventNote(
+                        _note(
                             PodRef(v.uid, v.namespace, v.name),
                             "Preempted",
                             f"preempted by {f.pod.namespace}/{f.pod.name} on node "
@@ -453,6 +455,12 @@ class SchedulerService:
                 await mark_unschedulable(conn, conditions, stamp)
                 await nominate(conn, nominations)
                 await record_events(conn, notes, stamp)
+                await mark_disruption_targets(
+                    conn,
+                    [(v.uid, f"preempted by {f.pod.namespace}/{f.pod.name}") for f, v in victims],
+                    PREEMPTION,
+                    stamp,
+                )
             if victims:
                 store = Store(self.pool)
                 for _f, v in victims:
@@ -468,3 +476,9 @@ class SchedulerService:
                     self.metrics.preemptions.inc()
         except (OSError, asyncpg.PostgresError, StatusError) as exc:
             log.warning("recording %d unschedulable pods failed: %s", len(failures), exc)
+
+
+def _note(ref: PodRef, reason: str, message: str, type_: str = "Normal") -> EventNote:
+    return EventNote(
+        ObjectRef("Pod", ref.uid, ref.namespace, ref.name), reason, message, type_, COMPONENT
+    )

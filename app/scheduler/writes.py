@@ -1,18 +1,16 @@
-"""The scheduler's writes other than binds: why a pod is pending, nominations, and Events.
+"""The scheduler's writes other than binds: why a pod is pending, and nominations.
 
-All of them are batched into one statement per kind of write. A pending pod's
-``PodScheduled=False`` condition is rewritten only when its message changes, and Events are
-deduplicated per pod and reason (the count and last timestamp move), so a pod retried a
-hundred times costs one Event row, not a hundred.
+Both are batched into one statement per kind of write. A pending pod's ``PodScheduled=False``
+condition is rewritten only when its message changes, and its Events are deduplicated per pod
+and reason (``app.store.events``), so a pod retried a hundred times costs one Event row, not a
+hundred.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -45,57 +43,12 @@ FROM unnest($1::uuid[], $2::text[]) AS d(uid, node)
 WHERE p.uid = d.uid AND p.node_name IS NULL AND p.deletion_timestamp IS NULL
 """
 
-_EVENTS = """
-INSERT INTO events (uid, namespace, name, spec)
-SELECT gen_random_uuid(), d.namespace, d.name, d.spec
-FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS d(namespace, name, spec)
-ON CONFLICT (namespace, name) DO UPDATE SET spec = events.spec
-  || jsonb_build_object(
-       'count', coalesce((events.spec->>'count')::integer, 1) + 1,
-       'lastTimestamp', EXCLUDED.spec->'lastTimestamp',
-       'message', EXCLUDED.spec->'message')
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
     uid: str
     namespace: str
     name: str
-
-
-@dataclass(frozen=True, slots=True)
-class EventNote:
-    pod: PodRef
-    reason: str
-    message: str
-    type: str = "Normal"
-
-
-def _event_name(pod: PodRef, reason: str) -> str:
-    digest = hashlib.sha256(f"{pod.uid}/{reason}".encode()).hexdigest()[:10]
-    return f"{pod.name[:200]}.{digest}"
-
-
-def event_spec(note: EventNote, now: datetime) -> dict[str, Any]:
-    stamp = format_time(now)
-    return {
-        "involvedObject": {
-            "kind": "Pod",
-            "apiVersion": "quaymaster.io/v1",
-            "namespace": note.pod.namespace,
-            "name": note.pod.name,
-            "uid": note.pod.uid,
-        },
-        "reason": note.reason,
-        "message": note.message[:1024],
-        "type": note.type,
-        "count": 1,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-    }
 
 
 async def mark_unschedulable(
@@ -113,16 +66,3 @@ async def mark_unschedulable(
 async def nominate(conn: Conn, items: Sequence[tuple[PodRef, str]]) -> None:
     if items:
         await conn.execute(_NOMINATE, [p.uid for p, _n in items], [n for _p, n in items])
-
-
-async def record_events(conn: Conn, notes: Sequence[EventNote], now: datetime) -> None:
-    if not notes:
-        return
-    # One row per (pod, reason) per statement: ON CONFLICT may not touch a row twice.
-    unique = {(n.pod.uid, n.reason): n for n in notes}
-    await conn.execute(
-        _EVENTS,
-        [n.pod.namespace for n in unique.values()],
-        [_event_name(n.pod, n.reason) for n in unique.values()],
-        [event_spec(n, now) for n in unique.values()],
-    )
