@@ -1,0 +1,15 @@
+"""The list of singleton loops the controller manager runs. A new loop joins by adding one line
+to ``build``."""
+
+from __future__ import annotations
+
+from workers.loops import Loop
+from workers.loops.events import EventRetention
+from workers.loops.gc import OrphanCollector
+
+
+def build() -> list[Loop]:
+    return [
+        EventRetention.from_env(),
+        OrphanCollector.from_env(),
+    ]

@@ -1,0 +1,131 @@
+"""The controller manager: ``python -m workers.manager`` runs the singleton loops (node
+lifecycle, garbage collection, Event retention) while it holds the Lease
+``quaymaster-system/quaymaster-controller-manager``.
+
+Run two or more for availability: one leads, the others keep trying to take the lease (see
+``app.store.lease``). Per-key reconciles do not need this (the Celery workers' per-key locks
+serialise them); loops that look at the whole cluster at once do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import asyncpg
+
+from app.store.db import create_pool, database_url
+from app.store.lease import LeaderLease
+from app.store.store import Store
+from workers.loops import Context, Loop
+
+log = logging.getLogger(__name__)
+LEASE_NAME = "quaymaster-controller-manager"
+
+
+def _wall() -> datetime:
+    return datetime.now(UTC)
+
+
+class Manager:
+    def __init__(self, pool: asyncpg.Pool, loops: Sequence[Loop], lease: LeaderLease) -> None:
+        self.pool = pool
+        self.loops = list(loops)
+        self.lease = lease
+        self.ctx = Context(pool, Store(pool), time.monotonic, _wall)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        tasks = [asyncio.create_task(self.lease.run(stop))]
+        tasks += [asyncio.create_task(self._drive(loop, stop)) for loop in self.loops]
+        try:
+            await stop.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            with contextlib.suppress(Exception):
+                await self.lease.release()
+
+    async def _drive(self, loop: Loop, stop: asyncio.Event) -> None:
+        """Tick ``loop`` every ``interval`` while leading; reset it on every change of term."""
+        leading = False
+        while not stop.is_set():
+            now_leading = self.lease.is_leader()
+            if now_leading != leading:
+                loop.reset()
+                leading = now_leading
+            if leading:
+                started = time.monotonic()
+                try:
+                    await loop.tick(self.ctx)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.warning("loop %s: %s; retrying", loop.name, exc)
+                except Exception:
+                    log.exception("loop %s failed; retrying", loop.name)
+                took = time.monotonic() - started
+                if took > loop.interval:
+                    log.info("loop %s took %.2fs (interval %.2fs)", loop.name, took, loop.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), loop.interval)
+
+
+def default_loops() -> list[Loop]:
+    """Every singleton loop, configured from the environment."""
+    from workers.loops import registry
+
+    return registry.build()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m workers.manager", description=__doc__)
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("QM_MANAGER_IDENTITY")
+        or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+    )
+    parser.add_argument(
+        "--lease-duration", type=float, default=float(os.environ.get("QM_MANAGER_LEASE", "15"))
+    )
+    parser.add_argument(
+        "--lease-renew", type=float, default=float(os.environ.get("QM_MANAGER_RENEW", "3"))
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("QM_LOG_LEVEL", "warning").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        pool = await create_pool(database_url(), min_size=1, max_size=4)
+        lease = LeaderLease(
+            pool,
+            args.identity,
+            name=LEASE_NAME,
+            duration=args.lease_duration,
+            renew_every=args.lease_renew,
+        )
+        try:
+            await Manager(pool, default_loops(), lease).run(stop)
+        finally:
+            await pool.close()
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":
+    main()
