@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from app.core.admission import admit
-from app.core.controllers.plan import Plan
+from app.core.controllers.plan import Plan, is_at_most_one
 from app.core.errors import AlreadyExists, Conflict, NotFound
 from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
@@ -40,8 +40,22 @@ def with_version(stored: Stored) -> dict[str, Any]:
     return obj
 
 
+async def fencing_epoch(store: Store) -> int:
+    """A fencing token for at-most-one pods about to be created: a fresh transaction id.
+
+    Transaction ids are handed out in increasing order, and this one is taken after the
+    reconcile saw every earlier copy gone, so it exceeds the epoch of any copy created before
+    (whose transaction committed earlier still). Ids are 64-bit and never reused."""
+    return int(await store.pool.fetchval("SELECT pg_current_xact_id()::text::bigint"))
+
+
 async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
     by_kind: dict[str, list[dict[str, Any]]] = {}
+    fenced = [o for o in plan.creates if o["kind"] == "Pod" and is_at_most_one(o)]
+    if fenced:
+        epoch = await fencing_epoch(store)
+        for obj in fenced:
+            obj["spec"] = {**obj["spec"], "fencingEpoch": epoch}
     for obj in plan.creates:
         by_kind.setdefault(obj["kind"], []).append(obj)
     for kind_name, objs in by_kind.items():

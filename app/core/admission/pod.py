@@ -129,8 +129,10 @@ def check_pod_spec(
     e.get_enum(
         spec, "dnsPolicy", path, ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
     )
-    for flag in ("hostNetwork", "hostPID", "hostIPC", "automountServiceAccountToken"):
+    for flag in ("hostNetwork", "hostPID", "hostIPC", "automountServiceAccountToken", "atMostOne"):
         e.get_bool(spec, flag, path)
+    # Set by the controller that creates an at-most-one pod (see workers.controllers.apply).
+    e.get_int(spec, "fencingEpoch", path, minimum=0, maximum=INT64_MAX)
     e.get_obj(spec, "securityContext", path)
     e.get_obj(spec, "overhead", path)
     secrets = e.get_list(spec, "imagePullSecrets", path)

@@ -41,6 +41,7 @@ from app.core.controllers.plan import (
     controller_uid,
     delete_of,
     format_time,
+    is_at_most_one,
     is_deleting,
     owner_reference,
     parse_time,
@@ -162,7 +163,10 @@ class _Spec:
         spec = dep.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         strategy = spec.get("strategy") or {}
-        recreate = strategy.get("type") == "Recreate"
+        template = spec.get("template") or {}
+        # An at-most-one template never surges: the old copies must be gone before new ones
+        # start, which is what Recreate does.
+        recreate = strategy.get("type") == "Recreate" or is_at_most_one(template)
         ru = strategy.get("rollingUpdate") or {}
         if recreate:
             surge, unavailable = 0, 0
@@ -172,7 +176,7 @@ class _Spec:
             )
         return cls(
             replicas=replicas,
-            template=spec.get("template") or {},
+            template=template,
             selector=spec.get("selector") or {},
             recreate=recreate,
             max_surge=surge,

@@ -74,6 +74,11 @@ def controller_uid(obj: Obj) -> str | None:
     return None
 
 
+def is_at_most_one(template: Obj) -> bool:
+    """Whether a pod template (or a pod) declares that two copies must never run at once."""
+    return (template.get("spec") or {}).get("atMostOne") is True
+
+
 def is_deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 

@@ -3,6 +3,13 @@
 The pods a ReplicaSet counts are those it controls (its uid in their controller
 ownerReference) that are still running or about to: a terminating pod or one that finished
 (Succeeded/Failed) no longer serves, so it is replaced rather than counted.
+
+An **at-most-one** template (``spec.atMostOne: true``: a shard leader, a singleton consumer)
+changes one rule: a terminating pod still counts until its row is gone, because it may still be
+running on a node that cannot be reached. Its replacement is created only then (the node
+lifecycle controller removes a silent node's at-most-one pods only once the node's agent has
+surely killed them), and carries a higher ``spec.fencingEpoch`` than any copy before it (the
+shell stamps it at creation).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from app.core.controllers.plan import (
     available_at,
     controller_uid,
     delete_of,
+    is_at_most_one,
     is_deleting,
     owner_reference,
     parse_time,
@@ -43,10 +51,11 @@ def reconcile(rs: Obj, pods: list[Obj], now: float, max_burst: int = 500) -> Pla
     spec = rs.get("spec") or {}
     wanted = int(spec.get("replicas", 1))
     owned = owned_pods(rs, pods)
+    present = len(unfinished_pods(rs, pods)) if is_at_most_one(template_of(rs)) else len(owned)
     creates: tuple[Obj, ...] = ()
     deletes: tuple[Delete, ...] = ()
-    if len(owned) < wanted:
-        count = min(wanted - len(owned), max_burst)
+    if present < wanted:
+        count = min(wanted - present, max_burst)
         creates = tuple(new_pod(rs) for _ in range(count))
     elif len(owned) > wanted:
         count = min(len(owned) - wanted, max_burst)
@@ -66,16 +75,29 @@ def is_active(pod: Obj) -> bool:
     return not is_deleting(pod) and (pod.get("status") or {}).get("phase") not in _FINISHED
 
 
-def owned_pods(rs: Obj, pods: list[Obj]) -> list[Obj]:
+def _controlled(rs: Obj, pods: list[Obj]) -> list[Obj]:
     uid = str(rs["metadata"]["uid"])
     namespace = rs["metadata"].get("namespace", "")
     return [
         p
         for p in pods
-        if controller_uid(p) == uid
-        and p["metadata"].get("namespace", "") == namespace
-        and is_active(p)
+        if controller_uid(p) == uid and p["metadata"].get("namespace", "") == namespace
     ]
+
+
+def owned_pods(rs: Obj, pods: list[Obj]) -> list[Obj]:
+    return [p for p in _controlled(rs, pods) if is_active(p)]
+
+
+def unfinished_pods(rs: Obj, pods: list[Obj]) -> list[Obj]:
+    """The ReplicaSet's pods that may still run somewhere: active or terminating."""
+    return [
+        p for p in _controlled(rs, pods) if (p.get("status") or {}).get("phase") not in _FINISHED
+    ]
+
+
+def template_of(rs: Obj) -> Obj:
+    return (rs.get("spec") or {}).get("template") or {}
 
 
 def template_labels(rs: Obj) -> dict[str, str]:
