@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from workers.controllers import deployment, replicaset
+from workers.controllers import deployment, disruption, replicaset
+from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
 Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
@@ -13,9 +14,16 @@ Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | No
 CONTROLLERS: dict[str, Controller] = {
     "ReplicaSet": replicaset.reconcile_key,
     "Deployment": deployment.reconcile_key,
+    "PodDisruptionBudget": disruption.reconcile_key,
+    "Job": job_controller.reconcile_key,
 }
 
-_TABLES = {"ReplicaSet": "replicasets", "Deployment": "deployments"}
+_TABLES = {
+    "ReplicaSet": "replicasets",
+    "Deployment": "deployments",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "Job": "jobs",
+}
 
 
 async def list_keys(rt: Runtime) -> list[tuple[str, str, str]]:
