@@ -23,7 +23,7 @@ from app.core import errors
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
-from app.store import sql
+from app.store import quota, sql
 
 _enc = msgspec.json.Encoder()
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -112,26 +112,27 @@ class Store:
     async def create(self, kind: Kind, obj: dict[str, Any], actor: str | None = None) -> Stored:
         cols = split(kind, obj)
         prefix = cols["generate_name"]
-        for _ in range(8 if prefix and not cols["name"] else 1):
-            name = cols["name"] or generate_name(
-                prefix or "", self.rng, max_length=max_name_length(kind.kind)
-            )
-            rec = await self.pool.fetchrow(
-                sql.insert(kind),
-                uuid.UUID(int=self.rng.getrandbits(128), version=4),
-                cols["namespace"],
-                name,
-                prefix,
-                cols["labels"],
-                cols["annotations"],
-                cols["owner_references"],
-                cols["finalizers"],
-                cols["spec"],
-                cols["status"],
-                actor,
-            )
-            if rec is not None:
-                return _stored(kind, rec)
+        async with quota.admitted(self.pool, kind, [obj]) as db:
+            for _ in range(8 if prefix and not cols["name"] else 1):
+                name = cols["name"] or generate_name(
+                    prefix or "", self.rng, max_length=max_name_length(kind.kind)
+                )
+                rec = await db.fetchrow(
+                    sql.insert(kind),
+                    uuid.UUID(int=self.rng.getrandbits(128), version=4),
+                    cols["namespace"],
+                    name,
+                    prefix,
+                    cols["labels"],
+                    cols["annotations"],
+                    cols["owner_references"],
+                    cols["finalizers"],
+                    cols["spec"],
+                    cols["status"],
+                    actor,
+                )
+                if rec is not None:
+                    return _stored(kind, rec)
         shown = cols["name"] or prefix
         raise errors.AlreadyExists(
             f'{kind.plural} "{shown}" already exists', kind=kind.plural, name=shown
@@ -140,23 +141,24 @@ class Store:
     async def create_many(self, kind: Kind, objs: list[dict[str, Any]]) -> list[Stored]:
         """Insert many objects in one statement; names that already exist are skipped."""
         cols = [split(kind, o) for o in objs]
-        recs = await self.pool.fetch(
-            sql.insert_many(kind),
-            [uuid.UUID(int=self.rng.getrandbits(128), version=4) for _ in cols],
-            [c["namespace"] for c in cols],
-            [c["name"] for c in cols],
-            *(
-                [_json(c[f]) for c in cols]
-                for f in (
-                    "labels",
-                    "annotations",
-                    "owner_references",
-                    "finalizers",
-                    "spec",
-                    "status",
-                )
-            ),
-        )
+        async with quota.admitted(self.pool, kind, objs) as db:
+            recs = await db.fetch(
+                sql.insert_many(kind),
+                [uuid.UUID(int=self.rng.getrandbits(128), version=4) for _ in cols],
+                [c["namespace"] for c in cols],
+                [c["name"] for c in cols],
+                *(
+                    [_json(c[f]) for c in cols]
+                    for f in (
+                        "labels",
+                        "annotations",
+                        "owner_references",
+                        "finalizers",
+                        "spec",
+                        "status",
+                    )
+                ),
+            )
         return [_stored(kind, r) for r in recs]
 
     # -- updates -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from workers.controllers import deployment, disruption, replicaset
+from workers.controllers import cronjob as cronjob_controller
+from workers.controllers import deployment, disruption, quota, replicaset
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
@@ -16,6 +17,8 @@ CONTROLLERS: dict[str, Controller] = {
     "Deployment": deployment.reconcile_key,
     "PodDisruptionBudget": disruption.reconcile_key,
     "Job": job_controller.reconcile_key,
+    "CronJob": cronjob_controller.reconcile_key,
+    "ResourceQuota": quota.reconcile_key,
 }
 
 _TABLES = {
@@ -23,6 +26,8 @@ _TABLES = {
     "Deployment": "deployments",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "Job": "jobs",
+    "CronJob": "cronjobs",
+    "ResourceQuota": "resourcequotas",
 }
 
 
