@@ -18,6 +18,7 @@ from app import __version__
 from app.api.auth import Authenticator
 from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
+from app.api.eviction import HANDLERS as EVICTION_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
 from app.api.service import Objects
@@ -96,7 +97,7 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
 
 def create_app() -> Litestar:
     return Litestar(
-        route_handlers=[*HANDLERS, *all_handlers()],
+        route_handlers=[*HANDLERS, *all_handlers(), *EVICTION_HANDLERS],
         lifespan=[lifespan],
         exception_handlers={
             errors.StatusError: _status_error,
