@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import random
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core.admission import admit
 from app.core.controllers.plan import Plan, is_at_most_one
-from app.core.errors import AlreadyExists, Conflict, NotFound
+from app.core.errors import AlreadyExists, Conflict, Forbidden, NotFound
 from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
+from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
 
 ACTOR = "system:quaymaster-controller"
@@ -49,6 +51,27 @@ async def fencing_epoch(store: Store) -> int:
     return int(await store.pool.fetchval("SELECT pg_current_xact_id()::text::bigint"))
 
 
+async def _create(store: Store, owner: Stored, kind: Kind, batch: list[dict[str, Any]]) -> None:
+    """Create ``batch`` in one statement. A quota refuses a batch whole, so a refused batch is
+    halved until a part fits (the next reconcile asks for the rest), and the refusal is told on
+    the owner as a Warning Event ``FailedCreate``, in Kubernetes' words."""
+    refused: Forbidden | None = None
+    shown = batch[0]["metadata"].get("generateName") or batch[0]["metadata"]["name"]
+    while batch:
+        try:
+            await store.create_many(kind, batch)
+            break
+        except AlreadyExists:
+            break
+        except Forbidden as exc:
+            refused = refused or exc
+            batch = batch[: len(batch) // 2]
+    if refused is not None:
+        message = f'Error creating: {kind.plural} "{shown}" is forbidden: {refused.message}'
+        note = EventNote(ObjectRef.of(owner.obj), "FailedCreate", message, "Warning")
+        await record_events(store.pool, [note], datetime.now(UTC))
+
+
 async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     fenced = [o for o in plan.creates if o["kind"] == "Pod" and is_at_most_one(o)]
@@ -60,8 +83,7 @@ async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
         by_kind.setdefault(obj["kind"], []).append(obj)
     for kind_name, objs in by_kind.items():
         kind = BY_KIND[kind_name]
-        with contextlib.suppress(AlreadyExists):
-            await store.create_many(kind, [admit(kind, _named(kind, dict(o)), None) for o in objs])
+        await _create(store, owner, kind, [admit(kind, _named(kind, dict(o)), None) for o in objs])
     for d in plan.deletes:
         with contextlib.suppress(NotFound, Conflict):
             await store.delete(
