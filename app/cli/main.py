@@ -22,6 +22,8 @@ from .client import CLIENT_VERSION, ApiClient, ServerUnreachable
 from .config import ConfigError, load_config
 from .context import Context, UsageError, resolve_one_kind
 from .get import run_get
+from .nodes import COMMANDS as NODE_COMMANDS
+from .nodes import add_parsers as add_node_parsers
 
 Obj = dict[str, Any]
 
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     version = sub.add_parser("version", parents=[common], help="client and server versions")
     version.add_argument("-o", "--output", choices=["yaml", "json"])
+    add_node_parsers(sub, common)
     return parser
 
 
@@ -153,6 +156,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "apply": run_apply,
     "delete": run_delete,
     "version": run_version,
+    **NODE_COMMANDS,
 }
 
 
