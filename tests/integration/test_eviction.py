@@ -285,3 +285,54 @@ def test_concurrent_evictions_never_break_the_floor(cluster: Cluster, api_server
     ).fetchone()
     assert healthy is not None and healthy[0] == 18
     assert sorted(cluster.pdb_status("floor")["disruptedPods"]) == cluster.terminating()
+
+
+def test_the_status_controller_keeps_the_budget_current(plane: Any) -> None:
+    """Real Celery worker and dispatcher: the PDB's status follows its pods."""
+    import json
+    import uuid
+
+    from plane import NS, start_worker
+
+    def add_pod(name: str, ready: bool) -> None:
+        status = {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}  # fmt: skip
+        plane.db.execute(
+            "INSERT INTO pods (uid, namespace, name, labels, spec, status)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (str(uuid.uuid4()), NS, name, json.dumps({"app": "web"}),
+             json.dumps({"containers": [{"name": "c", "image": "w"}]}), json.dumps(status)),
+        )  # fmt: skip
+
+    def status() -> dict[str, Any]:
+        row = plane.db.execute(
+            "SELECT status FROM poddisruptionbudgets WHERE namespace = %s AND name = 'web-pdb'",
+            (NS,),
+        ).fetchone()
+        return dict(row[0]) if row else {}
+
+    start_worker(plane)
+    plane.start("-m", "workers.dispatch")
+    for i in range(3):
+        add_pod(f"web-{i}", ready=True)
+    spec = {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}
+    plane.db.execute(
+        "INSERT INTO poddisruptionbudgets (uid, namespace, name, spec) VALUES (%s, %s, %s, %s)",
+        (str(uuid.uuid4()), NS, "web-pdb", json.dumps(spec)),
+    )
+    plane.wait(lambda: status().get("currentHealthy") == 3, timeout=30, what="currentHealthy 3")
+    st = status()
+    assert (st["desiredHealthy"], st["disruptionsAllowed"], st["expectedPods"]) == (2, 1, 3)
+    assert st["conditions"][0]["reason"] == "SufficientPods"
+    assert st["observedGeneration"] == 1
+    # A pod turns unready: the dispatcher wakes the budget, which now allows nothing.
+    plane.db.execute(
+        "UPDATE pods SET status = jsonb_set(status, '{conditions,0,status}', '\"False\"')"
+        " WHERE namespace = %s AND name = 'web-0'",
+        (NS,),
+    )
+    plane.wait(lambda: status().get("disruptionsAllowed") == 0, timeout=30, what="no disruption")
+    st = status()
+    assert st["currentHealthy"] == 2
+    assert st["conditions"][0] == {**st["conditions"][0], "status": "False",
+                                   "reason": "InsufficientPods"}  # fmt: skip
