@@ -336,3 +336,25 @@ def test_the_status_controller_keeps_the_budget_current(plane: Any) -> None:
     assert st["currentHealthy"] == 2
     assert st["conditions"][0] == {**st["conditions"][0], "status": "False",
                                    "reason": "InsufficientPods"}  # fmt: skip
+
+
+def test_a_selector_with_expressions_counts_the_same_in_sql(cluster: Cluster) -> None:
+    for i in range(3):
+        cluster.pod(f"e-{i}", app="expr")
+    cluster.pod("e-other", app="nope")
+    exprs = [
+        {"key": "app", "operator": "In", "values": ["expr", "x"]},
+        {"key": "tier", "operator": "NotIn", "values": ["db"]},
+        {"key": "app", "operator": "Exists"},
+        {"key": "gone", "operator": "DoesNotExist"},
+    ]
+    body = {"metadata": {"name": "expr-pdb"},
+            "spec": {"minAvailable": 2, "selector": {"matchExpressions": exprs}}}  # fmt: skip
+    r = cluster.http.post(f"{API}/namespaces/{cluster.ns}/poddisruptionbudgets", json=body)
+    assert r.status_code == 201, r.text
+    assert cluster.evict("e-0").status_code == 201
+    r = cluster.evict("e-1")
+    assert r.status_code == 429
+    cause = r.json()["details"]["causes"][0]["message"]
+    assert cause == "The disruption budget expr-pdb needs 2 healthy pods and has 2 currently"
+    assert cluster.evict("e-other").status_code == 201  # not selected: no budget
