@@ -67,6 +67,7 @@ COMPONENTS: tuple[Component, ...] = (
         requires="workers.app",
     ),
     Component("dispatcher", ("{python}", "-m", "workers.dispatch"), requires="workers.dispatch"),
+    Component("manager", ("{python}", "-m", "workers.manager"), requires="workers.manager"),
     Component(
         "beat",
         (

@@ -68,7 +68,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             out, _ = proc.communicate()
     assert proc.returncode == 0, out
     running = next(line for line in out.splitlines() if "Running:" in line)
-    for name in ("api", "scheduler", "worker", "dispatcher", "beat"):
+    for name in ("api", "scheduler", "worker", "dispatcher", "beat", "manager"):
         assert name in running, running
     pidfile = tmp_path / "state" / "postgres" / "data" / "postmaster.pid"
     assert not pidfile.exists(), "PostgreSQL was stopped"

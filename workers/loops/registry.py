@@ -6,10 +6,12 @@ from __future__ import annotations
 from workers.loops import Loop
 from workers.loops.events import EventRetention
 from workers.loops.gc import OrphanCollector
+from workers.loops.nodelifecycle import NodeLifecycle
 
 
 def build() -> list[Loop]:
     return [
         EventRetention.from_env(),
         OrphanCollector.from_env(),
+        NodeLifecycle.from_env(),
     ]
