@@ -18,6 +18,11 @@ from kombu import Exchange, Queue
 
 QUEUES = int(os.environ.get("QM_RECONCILE_QUEUES", "4"))
 RESYNC_SECONDS = float(os.environ.get("QM_RESYNC_SECONDS", "60"))
+# Messages a worker process holds ahead of the one it runs. More hides the broker's round
+# trips (with one, every task waits for the previous one's acknowledgement before it is even
+# fetched); the price is that a worker that dies holding them delays those keys until the
+# visibility timeout gives them back (their next change or resync enqueues them sooner).
+PREFETCH = int(os.environ.get("QM_WORKER_PREFETCH", "1"))
 
 
 def queue_for(kind: str, namespace: str, name: str) -> str:
@@ -34,7 +39,7 @@ app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     task_acks_on_failure_or_timeout=True,
-    worker_prefetch_multiplier=1,
+    worker_prefetch_multiplier=PREFETCH,
     broker_transport_options={"visibility_timeout": 120},
     broker_connection_retry_on_startup=True,
     task_queues=[
