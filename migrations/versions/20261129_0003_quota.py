@@ -24,120 +24,96 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-# (column, type, expression over NEW.spec, comment)
-COLUMNS: list[tuple[str, str, str, str]] = [
-    (
-        "quota_cpu_milli",
-        "bigint NOT NULL DEFAULT 0",
-        "qm_pod_effective({s}, 'requests', 'cpu')",
-        "Effective cpu request in millicores (init containers by max) charged to quotas",
-    ),
-    (
-        "quota_memory_bytes",
-        "bigint NOT NULL DEFAULT 0",
-        "qm_pod_effective({s}, 'requests', 'memory')",
-        "Effective memory request in bytes charged to quotas",
-    ),
-    (
-        "quota_gpu",
-        "bigint NOT NULL DEFAULT 0",
-        "qm_pod_effective({s}, 'requests', 'nvidia.com/gpu')",
-        "Effective nvidia.com/gpu request charged to quotas",
-    ),
-    (
-        "quota_limit_cpu_milli",
-        "bigint NOT NULL DEFAULT 0",
-        "qm_pod_effective({s}, 'limits', 'cpu')",
-        "Effective cpu limit in millicores charged to limits.cpu quotas",
-    ),
-    (
-        "quota_limit_memory_bytes",
-        "bigint NOT NULL DEFAULT 0",
-        "qm_pod_effective({s}, 'limits', 'memory')",
-        "Effective memory limit in bytes charged to limits.memory quotas",
-    ),
-    (
-        "quota_priority_class",
-        "text NOT NULL DEFAULT ''",
-        "coalesce({s}->>'priorityClassName', '')",
-        "spec.priorityClassName, for the PriorityClass quota scope",
-    ),
-    (
-        "quota_terminating",
-        "boolean NOT NULL DEFAULT false",
-        "coalesce({s}->'activeDeadlineSeconds', 'null'::jsonb) <> 'null'::jsonb",
-        "spec.activeDeadlineSeconds is set: the Terminating quota scope",
-    ),
-    (
-        "quota_best_effort",
-        "boolean NOT NULL DEFAULT true",
-        "qm_pod_best_effort({s})",
-        "No container asks for or limits cpu or memory: the BestEffort quota scope",
-    ),
-    (
-        "quota_cross_namespace",
-        "boolean NOT NULL DEFAULT false",
-        "qm_pod_cross_namespace({s})",
-        "A pod (anti-)affinity term names other namespaces: the CrossNamespacePodAffinity scope",
-    ),
-]
+# (column, type, comment); the first six come from qm_pod_quota_charge(spec), in this order.
+COLUMNS: list[tuple[str, str, str]] = [
+    ("quota_cpu_milli", "bigint NOT NULL DEFAULT 0",
+     "Effective cpu request in millicores (init containers by max) charged to quotas"),
+    ("quota_memory_bytes", "bigint NOT NULL DEFAULT 0",
+     "Effective memory request in bytes charged to quotas"),
+    ("quota_gpu", "bigint NOT NULL DEFAULT 0",
+     "Effective nvidia.com/gpu request charged to quotas"),
+    ("quota_limit_cpu_milli", "bigint NOT NULL DEFAULT 0",
+     "Effective cpu limit in millicores charged to limits.cpu quotas"),
+    ("quota_limit_memory_bytes", "bigint NOT NULL DEFAULT 0",
+     "Effective memory limit in bytes charged to limits.memory quotas"),
+    ("quota_best_effort", "boolean NOT NULL DEFAULT true",
+     "No container asks for or limits cpu or memory: the BestEffort quota scope"),
+    ("quota_priority_class", "text NOT NULL DEFAULT ''",
+     "spec.priorityClassName, for the PriorityClass quota scope"),
+    ("quota_terminating", "boolean NOT NULL DEFAULT false",
+     "spec.activeDeadlineSeconds is set: the Terminating quota scope"),
+    ("quota_cross_namespace", "boolean NOT NULL DEFAULT false",
+     "A pod (anti-)affinity term names other namespaces: the CrossNamespacePodAffinity scope"),
+]  # fmt: skip
+CHARGED = ", ".join(c for c, _, _ in COLUMNS[:6])
+NEW_CHARGED = ", ".join(f"NEW.{c}" for c, _, _ in COLUMNS[:6])
 
 # The spec fields the columns are computed from; an update touching none of them skips the
 # trigger entirely (binds change only spec.nodeName).
 SOURCES = ("containers", "initContainers", "priorityClassName", "activeDeadlineSeconds", "affinity")
 
+# One pass over the containers computes every amount (a query per column cost twice as much).
 FUNCTIONS = r"""
-CREATE FUNCTION qm_container_amount(c jsonb, part text, resource text) RETURNS bigint
+CREATE FUNCTION qm_pod_quota_charge(spec jsonb, OUT cpu_milli bigint, OUT memory_bytes bigint,
+  OUT gpu bigint, OUT limit_cpu_milli bigint, OUT limit_memory_bytes bigint,
+  OUT best_effort boolean)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT CASE WHEN resource = 'cpu' THEN qm_cpu_milli(c->'resources'->part->>resource)
-              ELSE qm_bytes(c->'resources'->part->>resource) END
-$$;
-
-CREATE FUNCTION qm_pod_containers(spec jsonb, key text) RETURNS SETOF jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT c FROM jsonb_array_elements(CASE WHEN jsonb_typeof(spec->key) = 'array'
-                                          THEN spec->key ELSE '[]'::jsonb END) AS c
-   WHERE jsonb_typeof(c) = 'object'
-$$;
-
--- max(sum over containers, max over init containers), unreadable amounts counting 0.
-CREATE FUNCTION qm_pod_effective(spec jsonb, part text, resource text) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT greatest(
-    (SELECT coalesce(sum(qm_container_amount(c, part, resource)), 0)
-       FROM qm_pod_containers(spec, 'containers') AS c),
-    (SELECT coalesce(max(qm_container_amount(c, part, resource)), 0)
-       FROM qm_pod_containers(spec, 'initContainers') AS c))::bigint
-$$;
-
-CREATE FUNCTION qm_pod_best_effort(spec jsonb) RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT NOT EXISTS (
-    SELECT 1 FROM (SELECT * FROM qm_pod_containers(spec, 'containers')
-                   UNION ALL SELECT * FROM qm_pod_containers(spec, 'initContainers')) AS k(c),
-                  unnest(ARRAY['requests', 'limits']) AS p(part)
-     WHERE jsonb_typeof(c->'resources'->part) = 'object'
-       AND (c->'resources'->part ? 'cpu' OR c->'resources'->part ? 'memory'))
+  SELECT greatest(coalesce(sum(rc) FILTER (WHERE NOT init), 0),
+                  coalesce(max(rc) FILTER (WHERE init), 0))::bigint,
+         greatest(coalesce(sum(rm) FILTER (WHERE NOT init), 0),
+                  coalesce(max(rm) FILTER (WHERE init), 0))::bigint,
+         greatest(coalesce(sum(rg) FILTER (WHERE NOT init), 0),
+                  coalesce(max(rg) FILTER (WHERE init), 0))::bigint,
+         greatest(coalesce(sum(lc) FILTER (WHERE NOT init), 0),
+                  coalesce(max(lc) FILTER (WHERE init), 0))::bigint,
+         greatest(coalesce(sum(lm) FILTER (WHERE NOT init), 0),
+                  coalesce(max(lm) FILTER (WHERE init), 0))::bigint,
+         NOT coalesce(bool_or(qos), false)
+  FROM (
+    SELECT init,
+           qm_cpu_milli(r->>'cpu') AS rc, qm_bytes(r->>'memory') AS rm,
+           qm_bytes(r->>'nvidia.com/gpu') AS rg,
+           qm_cpu_milli(l->>'cpu') AS lc, qm_bytes(l->>'memory') AS lm,
+           coalesce(jsonb_typeof(r) = 'object' AND r ?| ARRAY['cpu', 'memory'], false)
+             OR coalesce(jsonb_typeof(l) = 'object' AND l ?| ARRAY['cpu', 'memory'], false) AS qos
+    FROM (
+      SELECT k.init, c->'resources'->'requests' AS r, c->'resources'->'limits' AS l
+      FROM (VALUES (false, 'containers'), (true, 'initContainers')) AS k(init, key),
+           jsonb_array_elements(CASE WHEN jsonb_typeof(spec->k.key) = 'array'
+                                     THEN spec->k.key ELSE '[]'::jsonb END) AS c
+      WHERE jsonb_typeof(c) = 'object'
+    ) AS containers
+  ) AS amounts
 $$;
 
 CREATE FUNCTION qm_pod_cross_namespace(spec jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT jsonb_path_exists(spec,
+  SELECT spec ? 'affinity' AND (jsonb_path_exists(spec,
     'lax $.affinity.*.requiredDuringSchedulingIgnoredDuringExecution[*]
        ? (@.namespaceSelector != null || @.namespaces[0] != null)', '{}', true)
       OR jsonb_path_exists(spec,
     'lax $.affinity.*.preferredDuringSchedulingIgnoredDuringExecution[*].podAffinityTerm
-       ? (@.namespaceSelector != null || @.namespaces[0] != null)', '{}', true)
+       ? (@.namespaceSelector != null || @.namespaces[0] != null)', '{}', true))
 $$;
 """
 
 
-def _trigger_function() -> str:
-    sets = "\n".join(f"  NEW.{col} := {expr.format(s='NEW.spec')};" for col, _, expr, _ in COLUMNS)
-    return f"""
+def _rest(s: str) -> str:
+    """The three columns read straight from the spec, as assignments."""
+    return (
+        f"quota_priority_class = coalesce({s}->>'priorityClassName', ''), "
+        f"quota_terminating = coalesce({s}->'activeDeadlineSeconds', 'null') <> 'null', "
+        f"quota_cross_namespace = qm_pod_cross_namespace({s})"
+    )
+
+
+TRIGGER_FUNCTION = f"""
 CREATE FUNCTION qm_pod_quota() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-{sets}
+  SELECT * INTO {NEW_CHARGED} FROM qm_pod_quota_charge(NEW.spec);
+  NEW.quota_priority_class := coalesce(NEW.spec->>'priorityClassName', '');
+  NEW.quota_terminating := coalesce(NEW.spec->'activeDeadlineSeconds', 'null') <> 'null';
+  NEW.quota_cross_namespace := qm_pod_cross_namespace(NEW.spec);
   RETURN NEW;
 END
 $$;
@@ -149,12 +125,12 @@ def _changed() -> str:
 
 
 def upgrade() -> None:
-    adds = ",\n  ".join(f"ADD COLUMN {col} {typ}" for col, typ, _, _ in COLUMNS)
+    adds = ",\n  ".join(f"ADD COLUMN {col} {typ}" for col, typ, _ in COLUMNS)
     op.execute(f"ALTER TABLE pods\n  {adds}")
-    for col, _, _, comment in COLUMNS:
+    for col, _, comment in COLUMNS:
         op.execute(f"COMMENT ON COLUMN pods.{col} IS '{comment}'")
     op.execute(FUNCTIONS)
-    op.execute(_trigger_function())
+    op.execute(TRIGGER_FUNCTION)
     op.execute(
         f"""
 CREATE TRIGGER pods_quota_insert BEFORE INSERT ON pods
@@ -163,8 +139,9 @@ CREATE TRIGGER pods_quota_update BEFORE UPDATE OF spec ON pods
   FOR EACH ROW WHEN ({_changed()}) EXECUTE FUNCTION qm_pod_quota();
 """
     )
-    sets = ", ".join(f"{col} = {expr.format(s='spec')}" for col, _, expr, _ in COLUMNS)
-    op.execute(f"UPDATE pods SET {sets}")
+    op.execute(
+        f"UPDATE pods SET ({CHARGED}) = (SELECT * FROM qm_pod_quota_charge(spec)), " + _rest("spec")
+    )
 
 
 def downgrade() -> None:
@@ -172,8 +149,7 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS pods_quota_insert ON pods")
     op.execute(
         "DROP FUNCTION IF EXISTS qm_pod_quota(), qm_pod_cross_namespace(jsonb), "
-        "qm_pod_best_effort(jsonb), qm_pod_effective(jsonb, text, text), "
-        "qm_pod_containers(jsonb, text), qm_container_amount(jsonb, text, text)"
+        "qm_pod_quota_charge(jsonb)"
     )
-    drops = ", ".join(f"DROP COLUMN IF EXISTS {col}" for col, _, _, _ in reversed(COLUMNS))
+    drops = ", ".join(f"DROP COLUMN IF EXISTS {col}" for col, _, _ in reversed(COLUMNS))
     op.execute(f"ALTER TABLE pods {drops}")
