@@ -279,6 +279,16 @@ def _sub_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     return ["  " + line for line in render_table(headers, [underline, *rows]).splitlines()]
 
 
+def _quota_usage(obj: Obj) -> list[str]:
+    """A quota's limits as kubectl shows them: one row per resource, used next to hard."""
+    hard = (obj.get("spec") or {}).get("hard") or {}
+    used = (obj.get("status") or {}).get("used") or {}
+    if not hard:
+        return []
+    rows = [[name, str(used.get(name, "-")), str(hard[name])] for name in sorted(hard)]
+    return ["Usage:", *_sub_table(["Resource", "Used", "Hard"], rows)]
+
+
 def describe(
     kind: Kind, obj: Obj, events: Sequence[Obj] | None, now: datetime | None = None
 ) -> str:
@@ -318,6 +328,8 @@ def describe(
             lines += _section("status", rest)
     elif status is not None:
         lines += _section("status", status)
+    if kind.kind == "ResourceQuota":
+        lines += _quota_usage(obj)
     if conditions:
         lines.append("Conditions:")
         rows = [

@@ -304,3 +304,15 @@ def test_deleting_quota_is_left_alone() -> None:
     q = rq()
     q["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
     assert quota_controller.reconcile(q, Usage(pods=1), NOW).empty
+
+
+def test_describe_shows_used_next_to_hard() -> None:
+    from app.cli.printers import describe
+    from app.core.kinds import BY_KIND
+
+    q = rq({"pods": "10", "requests.cpu": "60", "services": "5"})
+    q["status"] = quota_controller.reconcile(q, Usage(pods=3, cpu_milli=1500), NOW).status
+    page = describe(BY_KIND["ResourceQuota"], q, []).splitlines()
+    at = page.index("Usage:")
+    rows = [line.split() for line in page[at + 3 : at + 6]]
+    assert rows == [["pods", "3", "10"], ["requests.cpu", "1500m", "60"], ["services", "-", "5"]]
