@@ -24,6 +24,8 @@ from .context import Context, UsageError, resolve_one_kind
 from .get import run_get
 from .nodes import COMMANDS as NODE_COMMANDS
 from .nodes import add_parsers as add_node_parsers
+from .rollout import COMMANDS as ROLLOUT_COMMANDS
+from .rollout import add_parsers as add_rollout_parsers
 
 Obj = dict[str, Any]
 
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     version = sub.add_parser("version", parents=[common], help="client and server versions")
     version.add_argument("-o", "--output", choices=["yaml", "json"])
     add_node_parsers(sub, common)
+    add_rollout_parsers(sub, common)
     return parser
 
 
@@ -157,6 +160,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "delete": run_delete,
     "version": run_version,
     **NODE_COMMANDS,
+    **ROLLOUT_COMMANDS,
 }
 
 
