@@ -10,8 +10,6 @@ Indexed Job. ``app.core.controllers.job.PodSummary`` documents what each count m
 
 from __future__ import annotations
 
-import json
-
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
@@ -62,8 +60,9 @@ ORDER BY node_name IS NOT NULL, coalesce(ready, false), creation_timestamp DESC,
 LIMIT $3"""
 
 
-def _owner(uid: str) -> str:
-    return json.dumps([{"uid": uid}])
+def _owner(uid: str) -> list[dict[str, str]]:
+    # A Python value, not JSON text: the pool's jsonb codec encodes parameters itself.
+    return [{"uid": uid}]
 
 
 async def summarise(
