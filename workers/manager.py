@@ -42,9 +42,13 @@ class Manager:
         self.loops = list(loops)
         self.lease = lease
         self.ctx = Context(pool, Store(pool), time.monotonic, _wall)
+        self.term = 0  # bumped on every gain or loss of leadership
+
+    def _on_change(self, leading: bool) -> None:
+        self.term += 1
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(self.lease.run(stop))]
+        tasks = [asyncio.create_task(self.lease.run(stop, self._on_change))]
         tasks += [asyncio.create_task(self._drive(loop, stop)) for loop in self.loops]
         try:
             await stop.wait()
@@ -58,13 +62,14 @@ class Manager:
                 await self.lease.release()
 
     async def _drive(self, loop: Loop, stop: asyncio.Event) -> None:
-        """Tick ``loop`` every ``interval`` while leading; reset it on every change of term."""
-        leading = False
+        """Tick ``loop`` every ``interval`` while leading; reset it on every change of term, even
+        one that lost and regained leadership between two ticks."""
+        term, leading = -1, False
         while not stop.is_set():
             now_leading = self.lease.is_leader()
-            if now_leading != leading:
+            if self.term != term or now_leading != leading:
                 loop.reset()
-                leading = now_leading
+                term, leading = self.term, now_leading
             if leading:
                 started = time.monotonic()
                 try:
