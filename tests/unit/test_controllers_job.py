@@ -336,8 +336,8 @@ def test_suspend_deletes_active_pods_and_resume_restarts_the_clock() -> None:
 @pytest.mark.parametrize(
     ("unbound", "batch", "window", "creates", "requeue"),
     [
-        (0, 2000, 4000, 2000, 0.25),
-        (3000, 2000, 4000, 1000, 0.25),
+        (0, 2000, 4000, 2000, 0.0),  # room left: at once
+        (3000, 2000, 4000, 1000, 0.25),  # window full: shortly
         (4000, 2000, 4000, 0, 0.25),
         (0, 50_000, 100_000, 10_000, None),  # everything fits: no requeue for pacing
     ],

@@ -128,8 +128,9 @@ def reconcile(
             deletes = tuple(delete_of(p) for p in candidates[: min(excess, limits.create_batch)])
         else:
             creates, more = _creates(job, s, -excess, limits)
-            if more:
-                requeue = PACE_SECONDS
+            if more:  # at once while the window has room; else when the scheduler caught up
+                room = limits.pending_window - s.unbound - len(creates)
+                requeue = 0.0 if room > 0 else PACE_SECONDS
     if deletes and len(deletes) < s.active and stopping:
         requeue = PACE_SECONDS
     active = s.active + len(creates) - len(deletes)
