@@ -3,7 +3,9 @@ for happens (a pod preempted, a node tainted, a rollout stalled, a budget refusi
 
 Events are deduplicated by (object, reason): the row's name is derived from the involved
 object's uid and the reason, so the same thing happening again moves ``count``,
-``lastTimestamp`` and ``message`` of one row instead of adding rows. Many notes are written in
+``lastTimestamp`` and ``message`` of one row instead of adding rows. A note with
+``distinct=True`` is deduplicated by its message too (scaling events, whose messages name
+different ReplicaSets, each keep a row). Many notes are written in
 one statement. Old Events are removed by the controller manager's retention loop.
 
 Events about cluster-scoped objects (nodes) are kept in the ``default`` namespace, as
@@ -67,11 +69,16 @@ class EventNote:
     message: str
     type: str = "Normal"  # or "Warning"
     component: str = "quaymaster-controller"
+    distinct: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.obj.uid}/{self.reason}" + (f"/{self.message}" if self.distinct else "")
 
 
-def event_name(obj: ObjectRef, reason: str) -> str:
-    digest = hashlib.sha256(f"{obj.uid}/{reason}".encode()).hexdigest()[:10]
-    return f"{obj.name[:200]}.{digest}"
+def event_name(note: EventNote) -> str:
+    digest = hashlib.sha256(note.key.encode()).hexdigest()[:10]
+    return f"{note.obj.name[:200]}.{digest}"
 
 
 def event_namespace(obj: ObjectRef) -> str:
@@ -105,11 +112,11 @@ async def record_events(conn: Conn, notes: Sequence[EventNote], now: datetime) -
     """Write (or bump) one Event per distinct (object, reason) among ``notes``."""
     if not notes:
         return
-    # One row per (object, reason) per statement: ON CONFLICT may not touch a row twice.
-    unique = {(n.obj.uid, n.reason): n for n in notes}
+    # One row per key per statement: ON CONFLICT may not touch a row twice.
+    unique = {n.key: n for n in notes}
     await conn.execute(
         _EVENTS,
         [event_namespace(n.obj) for n in unique.values()],
-        [event_name(n.obj, n.reason) for n in unique.values()],
+        [event_name(n) for n in unique.values()],
         [event_spec(n, now) for n in unique.values()],
     )

@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from plane import NS, Plane, start_worker
 
@@ -24,8 +25,19 @@ def test_a_replicaset_gets_its_pods_and_replaces_lost_ones(plane: Plane) -> None
         lambda: len(plane.pods_of(uid)) == 3 and victim not in plane.pods_of(uid),
         what="a replacement",
     )
-    status = plane.db.execute("SELECT status FROM replicasets WHERE uid = %s", (uid,)).fetchone()[0]  # type: ignore[index]
-    assert status.get("replicas") == 3
+
+    def status() -> dict[str, Any]:
+        row = plane.db.execute("SELECT status FROM replicasets WHERE uid = %s", (uid,)).fetchone()
+        return row[0] if row else {}
+
+    plane.wait(lambda: status().get("replicas") == 3, what="status.replicas 3")
+    event = plane.db.execute(
+        "SELECT spec FROM events WHERE spec->'involvedObject'->>'uid' = %s"
+        " AND spec->>'reason' = 'SuccessfulCreate'",
+        (uid,),
+    ).fetchone()
+    assert event is not None and event[0]["involvedObject"]["kind"] == "ReplicaSet"
+    assert event[0]["count"] >= 2  # the first pods and the replacement
 
 
 def test_a_burst_of_changes_is_one_reconcile_and_duplicates_are_harmless(plane: Plane) -> None:

@@ -99,3 +99,9 @@ async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
         image["status"] = plan.status
         with contextlib.suppress(NotFound, Conflict):
             await store.update_status(owner.kind, image, owner.row_version)
+    if plan.events:
+        ref = ObjectRef.of(owner.obj)
+        notes = [
+            EventNote(ref, n.reason, n.message, n.type, distinct=n.distinct) for n in plan.events
+        ]
+        await record_events(store.pool, notes, datetime.now(UTC))

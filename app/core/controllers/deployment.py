@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from app.core.controllers.plan import (
     Delete,
+    Note,
     Obj,
     Plan,
     controller_uid,
@@ -136,7 +137,36 @@ def reconcile(dep: Obj, replicasets: list[Obj], pods: list[Obj], now: float) -> 
         updates=updates,
         status=status if status != (dep.get("status") or {}) else None,
         requeue_after=requeue,
+        events=_events(dep, replicasets, creates, updates, status),
     )
+
+
+def _events(dep: Obj, replicasets: list[Obj], creates: tuple[Obj, ...],
+            updates: tuple[Obj, ...], status: Obj) -> tuple[Note, ...]:  # fmt: skip
+    """Scaling of each ReplicaSet, and the rollout timing out."""
+    notes = [
+        Note("ScalingReplicaSet", f"Scaled up replica set {rs['metadata']['name']} to "
+             f"{rs['spec']['replicas']}", distinct=True)
+        for rs in creates
+    ]  # fmt: skip
+    sizes = {rs["metadata"]["uid"]: int((rs.get("spec") or {}).get("replicas", 1))
+             for rs in replicasets}  # fmt: skip
+    for rs in updates:
+        before = sizes.get(rs["metadata"]["uid"], 0)
+        after = int(rs["spec"]["replicas"])
+        if after != before:
+            word = "up" if after > before else "down"
+            notes.append(Note("ScalingReplicaSet", f"Scaled {word} replica set "
+                              f"{rs['metadata']['name']} to {after}", distinct=True))  # fmt: skip
+    was = get_condition((dep.get("status") or {}).get("conditions") or [], PROGRESSING)
+    now = get_condition(status.get("conditions") or [], PROGRESSING)
+    if (
+        now is not None
+        and now.get("reason") == TIMED_OUT
+        and (was or {}).get("reason") != TIMED_OUT
+    ):
+        notes.append(Note(TIMED_OUT, str(now.get("message", "")), "Warning"))
+    return tuple(notes)
 
 
 # ------------------------------------------------------------------------ spec and templates

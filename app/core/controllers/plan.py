@@ -25,6 +25,16 @@ class Delete(NamedTuple):
     uid: str
 
 
+class Note(NamedTuple):
+    """An Event about the reconciled object, recorded once the plan's writes are applied.
+    ``distinct`` keeps one row per message rather than per reason."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+    distinct: bool = False
+
+
 @dataclass(frozen=True)
 class Plan:
     """The writes one reconcile asks for.
@@ -33,7 +43,8 @@ class Plan:
     ownerReferences); ``updates`` are whole objects whose spec or metadata changed, carrying
     the ``metadata.resourceVersion`` they were read at so a concurrent change fails the write;
     ``status`` is the owner's new status (``None`` when unchanged); ``requeue_after`` is how many
-    seconds from now the controller wants to look again even if nothing changes.
+    seconds from now the controller wants to look again even if nothing changes; ``events``
+    are what a human would look for about the reconciled object (they accompany writes).
     """
 
     creates: tuple[Obj, ...] = ()
@@ -41,6 +52,7 @@ class Plan:
     updates: tuple[Obj, ...] = ()
     status: Obj | None = None
     requeue_after: float | None = None
+    events: tuple[Note, ...] = ()
 
     @property
     def empty(self) -> bool:

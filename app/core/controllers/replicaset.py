@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core.controllers.plan import (
     Delete,
+    Note,
     Obj,
     Plan,
     available_at,
@@ -67,7 +68,18 @@ def reconcile(rs: Obj, pods: list[Obj], now: float, max_burst: int = 500) -> Pla
         deletes=deletes,
         status=status if status != old_status else None,
         requeue_after=requeue,
+        events=_events(creates, deletes),
     )
+
+
+def _events(creates: tuple[Obj, ...], deletes: tuple[Delete, ...]) -> tuple[Note, ...]:
+    notes = []
+    if creates:
+        notes.append(Note("SuccessfulCreate", f"Created {len(creates)} pod(s)"))
+    if deletes:
+        names = ", ".join(d.name for d in deletes[:5]) + (", ..." if len(deletes) > 5 else "")
+        notes.append(Note("SuccessfulDelete", f"Deleted {len(deletes)} pod(s): {names}"))
+    return tuple(notes)
 
 
 def is_active(pod: Obj) -> bool:
