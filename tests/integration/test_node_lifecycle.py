@@ -152,8 +152,8 @@ def test_a_silent_nodes_pods_are_replaced_on_schedule(plane: Plane, agents: Agen
     for n in ("n0", "n1", "n2"):
         add_node(plane.db, n)
     agents.alive |= {"n0", "n1", "n2"}
-    # n0's machine has a clock an age ahead: its renewTime proves nothing.
-    agents.renew_time["n0"] = "2099-01-01T00:00:00.000000Z"
+    # The machines' clocks run an age ahead: the renewTime they write proves nothing.
+    agents.renew_time.update(dict.fromkeys(("n0", "n1", "n2"), "2099-01-01T00:00:00.000000Z"))
     start_worker(plane)
     plane.start("-m", "workers.dispatch")
     plane.start("-m", "app.scheduler", "--metrics-port", str(free_port()))

@@ -143,6 +143,8 @@ class NodeLifecycle:
         leases = {r["name"]: r for r in await ctx.pool.fetch(_LEASES, LEASE_NAMESPACE)}
         self.seen = core.track(self.seen, {n: r["row_version"] for n, r in leases.items()}, now)
         views, full = await self._observe(ctx, leases, now)
+        known = {v.name for v in views}  # forget nodes and leases that are both gone
+        self.seen = {n: s for n, s in self.seen.items() if n in known or n in leases}
         plan = core.reconcile(views, self.state, self.cfg, now, wall.timestamp())
         self.state = plan.state
         if not plan.empty:
