@@ -198,6 +198,12 @@ def running_revisioner(url: str) -> Iterator[Callable[[], None]]:
     finally:
         stop.set()
         thread.join(timeout=10)
+        # Free the slot: the server has a fixed number, and many tests make databases.
+        with contextlib.suppress(psycopg.Error), psycopg.connect(url, autocommit=True) as db:
+            db.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE database = current_database() AND NOT active"
+            )
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
