@@ -228,6 +228,6 @@ async def test_leadership_ends_on_the_local_clock_when_the_database_is_gone(pg_u
 
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
-        LeaderLease(None, "x", duration=2.0, renew_every=1.0)  # type: ignore[arg-type]
+        LeaderLease(None, "x", name="l", duration=2.0, renew_every=1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        LeaderLease(None, "", duration=8.0)  # type: ignore[arg-type]
+        LeaderLease(None, "", name="l", duration=8.0)  # type: ignore[arg-type]
