@@ -42,13 +42,24 @@ def behind_pgbouncer() -> bool:
     return os.environ.get("QM_PGBOUNCER", "") not in ("", "0", "false")
 
 
-async def create_pool(url: str, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
-    """A pool of request connections (safe behind PgBouncer when ``QM_PGBOUNCER`` is set)."""
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """No reset query on release (open transactions are still rolled back by asyncpg)."""
+
+
+async def create_pool(
+    url: str, min_size: int = 2, max_size: int = 20, *, reset_sessions: bool = True
+) -> asyncpg.Pool:
+    """A pool of request connections (safe behind PgBouncer when ``QM_PGBOUNCER`` is set).
+
+    By default a connection's session is reset when it returns to the pool (one more round
+    trip per use). A process whose code leaves no session state behind (no ``SET``, ``LISTEN``
+    or advisory lock outliving its block) passes ``reset_sessions=False``."""
     pool = await asyncpg.create_pool(
         url,
         min_size=min_size,
         max_size=max_size,
         init=_init,
+        reset=None if reset_sessions else _keep_session,
         statement_cache_size=0 if behind_pgbouncer() else 256,
         server_settings={"application_name": "quaymaster", "TimeZone": "UTC"},
     )

@@ -34,7 +34,8 @@ _RESTARTS = (
 )
 _INDEX = f"qm_int(annotations->>'{INDEX_KEY}')"
 
-_MINE = "namespace = $1 AND owner_references @> $2::jsonb"
+# ``<> '[]'`` matches the owners index's predicate, so the planner can use it.
+_MINE = "namespace = $1 AND owner_references <> '[]'::jsonb AND owner_references @> $2::jsonb"
 
 SUMMARY = f"""
 SELECT count(*) FILTER (WHERE {_ACTIVE}) AS active,

@@ -149,10 +149,12 @@ def dependents() -> str:
 def owned_by(kind: Kind) -> str:
     """Objects of one kind in namespace ``$1`` controlled by any of the owners ``$2``
     (``$2``: their ``[{"uid": ...}]`` patterns as JSON text; a list of lists would be sent
-    as a two-dimensional array)."""
+    as a two-dimensional array). The ``<> '[]'`` term lets the planner use the partial GIN
+    index on ``owner_references``; without it every object of the namespace is scanned."""
     return (
         f"SELECT {COLS} FROM {kind.table}"
-        " WHERE namespace = $1 AND owner_references @> ANY($2::text[]::jsonb[])"
+        " WHERE namespace = $1 AND owner_references <> '[]'::jsonb"
+        " AND owner_references @> ANY($2::text[]::jsonb[])"
     )
 
 
