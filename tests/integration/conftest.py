@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import redis
 from plane import Plane
 
 
@@ -17,6 +18,7 @@ def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str)
     url = make_database("qm_ctl")
     # Each test gets its own Redis database index, so queues and markers start empty.
     broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
+    redis.Redis.from_url(broker).flushdb()  # nothing left from an earlier test on this index
     env = {
         **os.environ,
         "DATABASE_URL": url,
