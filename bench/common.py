@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -134,3 +135,5 @@ class Stack:
         self.stop_api()
         if self.pg is not None:
             self.pg.stop()
+            # The database files go; the logs beside them stay for a look after the run.
+            shutil.rmtree(Path(self.tmp) / "pg", ignore_errors=True)
