@@ -1,0 +1,240 @@
+"""The `process` runtime: a pod's containers run as host processes, each in its own cgroup.
+
+No image, no namespaces: the container's argv runs on the host with exactly the environment
+of its spec (plus a default PATH), its working directory the pod's directory
+`<root>/<pod uid>/` where the spec's files (config maps, secrets) are laid out, and stdout and
+stderr appended to `<pod dir>/<container>.log`. What makes it a container is the cgroup:
+`<parent>/pod<uid>/<container>` with the memory limit, CPU weight and CPU quota of its
+resources, entered *before* any user code runs. A tiny `/bin/sh` wrapper writes its own pid
+into the cgroup's `cgroup.procs` in every hierarchy and then `exec`s the command, so the pid
+the agent holds is the container's main process from the first instruction (`preexec_fn` would
+do the same but is unsafe in a process with threads).
+
+An exit is classified from the kernel's counters, not guessed: `OOMKilled` when the cgroup
+recorded an OOM kill, `Completed` for 0, `Error` otherwise. When the main process ends, what
+it left behind in its cgroup is killed, as a container's init ending ends the container.
+Without usable cgroups (not root) the runtime still runs processes, without limits, and
+cannot report OOM kills; the agent decides whether that is acceptable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from agent.runtime.base import (
+    Clock,
+    ContainerSpec,
+    ContainerState,
+    Running,
+    StartError,
+    Terminated,
+    Usage,
+    exit_reason,
+    from_returncode,
+    utc_now,
+)
+from agent.runtime.cgroups import Cgroups
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Enter every cgroup named before `--`, then become the command. Exit 125 (as container
+# runtimes do) when a cgroup cannot be entered: the command never runs unconfined.
+_ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+@dataclass
+class _Proc:
+    spec: ContainerSpec
+    popen: subprocess.Popen[bytes]
+    started_at: dt.datetime
+    cgroup: str | None
+    terminated: Terminated | None = None
+
+
+def pod_cgroup(pod_uid: str) -> str:
+    return f"pod{pod_uid}"
+
+
+def container_cgroup(pod_uid: str, name: str) -> str:
+    return f"{pod_cgroup(pod_uid)}/{name}"
+
+
+def safe_relative(path: str) -> PurePosixPath:
+    """A file path of the spec, refused if it could land outside the pod's directory."""
+    rel = PurePosixPath(path)
+    if not path or rel.is_absolute() or ".." in rel.parts:
+        raise StartError(f"file path {path!r} must be relative and stay inside the pod directory")
+    return rel
+
+
+def container_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {"PATH": DEFAULT_PATH, **env}
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(
+        self,
+        root_dir: Path,
+        cgroups: Cgroups | None,
+        *,
+        clock: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        poll_interval: float = 0.02,
+    ) -> None:
+        self.root_dir = root_dir
+        self.cgroups = cgroups
+        self._clock = clock
+        self._monotonic = monotonic
+        self._poll = poll_interval
+        self._procs: dict[tuple[str, str], _Proc] = {}
+
+    def pod_dir(self, pod_uid: str) -> Path:
+        return self.root_dir / pod_uid
+
+    def log_path(self, pod_uid: str, name: str) -> Path:
+        return self.pod_dir(pod_uid) / f"{name}.log"
+
+    async def start(self, spec: ContainerSpec) -> Running:
+        previous = self._procs.get(spec.key)
+        if previous is not None and isinstance(self.state(*spec.key), Running):
+            raise StartError(f"container {spec.name} of pod {spec.pod_uid} is already running")
+        if not spec.command:
+            raise StartError(f"container {spec.name} has no command")
+        pod_dir = self.pod_dir(spec.pod_uid)
+        env = container_env(spec.env)
+        try:
+            pod_dir.mkdir(parents=True, exist_ok=True)
+            self._lay_out(pod_dir, spec.files)
+        except OSError as exc:
+            raise StartError(f"cannot prepare pod directory {pod_dir}: {exc}") from exc
+        self._check_executable(spec.command[0], env["PATH"], pod_dir)
+        argv, cgroup = list(spec.command), None
+        if self.cgroups is not None:
+            cgroup = container_cgroup(spec.pod_uid, spec.name)
+            try:
+                if self.cgroups.exists(cgroup):  # the previous run's, left for its counters
+                    self.cgroups.remove(cgroup)
+                self.cgroups.create(cgroup, spec.resources)
+            except OSError as exc:
+                raise StartError(f"cannot set up cgroup {cgroup}: {exc}") from exc
+            procs = [str(path) for path in self.cgroups.procs_files(cgroup)]
+            argv = ["/bin/sh", "-c", _ENTER, "qm-enter", *procs, "--", *spec.command]
+        with open(self.log_path(spec.pod_uid, spec.name), "ab") as log:
+            try:
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=pod_dir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise StartError(f"cannot start {spec.command[0]}: {exc}") from exc
+        proc = _Proc(spec, popen, self._clock(), cgroup)
+        self._procs[spec.key] = proc
+        return Running(pid=popen.pid, started_at=proc.started_at)
+
+    @staticmethod
+    def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
+        for path, content in files.items():
+            target = pod_dir / safe_relative(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(0o640)
+
+    @staticmethod
+    def _check_executable(command: str, path: str, pod_dir: Path) -> None:
+        found = shutil.which(command, path=path) if "/" not in command else str(pod_dir / command)
+        if found is None or not os.access(found, os.X_OK):
+            raise StartError(f"executable {command!r} not found")
+
+    def state(self, pod_uid: str, name: str) -> ContainerState | None:
+        proc = self._procs.get((pod_uid, name))
+        if proc is None:
+            return None
+        if proc.terminated is not None:
+            return proc.terminated
+        returncode = proc.popen.poll()
+        if returncode is None:
+            return Running(pid=proc.popen.pid, started_at=proc.started_at)
+        return self._finish(proc, returncode)
+
+    def _finish(self, proc: _Proc, returncode: int) -> Terminated:
+        finished_at = self._clock()
+        code, signum = from_returncode(returncode)
+        oom = False
+        if self.cgroups is not None and proc.cgroup is not None:
+            oom = self.cgroups.oom_killed(proc.cgroup, sigkilled=signum == signal.SIGKILL)
+        self._kill_leftovers(proc)
+        proc.terminated = Terminated(
+            exit_code=code,
+            reason=exit_reason(code, oom),
+            started_at=proc.started_at,
+            finished_at=finished_at,
+            signal=signum,
+        )
+        return proc.terminated
+
+    def _kill_leftovers(self, proc: _Proc) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        if self.cgroups is not None and proc.cgroup is not None:
+            for pid in self.cgroups.pids(proc.cgroup):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    async def stop(self, pod_uid: str, name: str, grace_seconds: float) -> Terminated | None:
+        proc = self._procs.get((pod_uid, name))
+        if proc is None:
+            return None
+        state = self.state(pod_uid, name)
+        if isinstance(state, Terminated):
+            return state
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.send_signal(signal.SIGTERM)
+        deadline = self._monotonic() + grace_seconds
+        while proc.popen.poll() is None and self._monotonic() < deadline:
+            await asyncio.sleep(self._poll)
+        if proc.popen.poll() is None:
+            self._sigkill(proc)
+            while proc.popen.poll() is None:
+                await asyncio.sleep(self._poll)
+        result = self.state(pod_uid, name)
+        assert isinstance(result, Terminated)
+        return result
+
+    def _sigkill(self, proc: _Proc) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.kill()
+        self._kill_leftovers(proc)
+
+    def usage(self, pod_uid: str, name: str | None = None) -> Usage | None:
+        if self.cgroups is None:
+            return None
+        rel = pod_cgroup(pod_uid) if name is None else container_cgroup(pod_uid, name)
+        return self.cgroups.usage(rel) if self.cgroups.exists(rel) else None
+
+    def containers(self, pod_uid: str | None = None) -> list[tuple[str, str]]:
+        return [key for key in self._procs if pod_uid is None or key[0] == pod_uid]
+
+    async def cleanup(self, pod_uid: str) -> None:
+        for key in self.containers(pod_uid):
+            await self.stop(*key, grace_seconds=0)
+            del self._procs[key]
+        if self.cgroups is not None and self.cgroups.exists(pod_cgroup(pod_uid)):
+            self.cgroups.remove(pod_cgroup(pod_uid))
+        shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
