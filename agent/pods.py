@@ -1,0 +1,475 @@
+"""One pod's lifecycle on this node: the per-pod worker the agent's loop runs for each pod.
+
+The loop (:mod:`agent.loop`) decides *which* pods run here; a :class:`PodWorker` makes one of
+them run: it starts the containers in spec order through the runtime, probes them, restarts
+crashed ones in place by the pod's ``restartPolicy`` on the crash-loop backoff, restarts on a
+liveness or startup verdict, keeps a :class:`~agent.status.PodView` and writes the pod's status
+when the :class:`~agent.status.Coalescer` says a client would notice. Termination (deletion,
+unassignment, an at-most-one pod whose lease ran out) ends in this worker too.
+
+Every pod has its own worker and its own asyncio task, so a pod waiting out a 30 s grace
+period never delays another (one queue per object). ``step()`` does one pass and returns when
+to look again; tests call it directly on a fake clock with the ``sim`` runtime, ``run()`` is
+the real loop. The control plane is reached through :class:`PodApi` only: an unreachable API
+never stops a running pod, status writes are retried later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent import probes, status
+from agent.api import Unreachable
+from agent.backoff import CrashLoopBackoff
+from agent.probe_exec import ProbeContext, run_probe
+from agent.probes import Action, Outcome, ProbeKind, ProbeResult, ProbeSpec, Restart, Ticket
+from agent.runtime import ContainerSpec, Resources, Runtime, StartError, Terminated
+from app.core.errors import Conflict, NotFound, StatusError
+from app.core.quantity import cpu_millis, to_bytes
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+Prober = Callable[[Action, float, ProbeContext], Awaitable[ProbeResult]]
+LEASE_LOST = "NodeLeaseExpired"
+
+
+class PodApi(Protocol):
+    """What a worker asks of the control plane; :class:`agent.loop.RestPodApi` is the real
+    one, tests pass a fake. Errors are ``StatusError`` subclasses or ``Unreachable``."""
+
+    async def get(self, namespace: str, name: str) -> Obj: ...
+
+    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
+        """PUT ``pods/<name>/status`` conditional on ``pod``'s resourceVersion."""
+        ...
+
+    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
+        """DELETE with ``gracePeriodSeconds=0`` and the uid as precondition."""
+        ...
+
+
+# -- the pod spec, resolved for the runtime ----------------------------------------------------
+
+
+def _quantity(amounts: Obj, key: str, parse: Callable[[Any], int]) -> int | None:
+    return parse(amounts[key]) if amounts.get(key) is not None else None
+
+
+def container_spec(pod_uid: str, c: Obj) -> ContainerSpec:
+    """argv = ``command`` + ``args``; literal ``env`` values (``valueFrom`` is not resolved);
+    the memory limit, and the CPU request (the limit when no request is given) and limit."""
+    res = c.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    cpu_limit = _quantity(limits, "cpu", cpu_millis)
+    cpu_request = _quantity(requests, "cpu", cpu_millis)
+    env = {
+        str(e["name"]): str(e.get("value", "")) for e in c.get("env") or [] if "valueFrom" not in e
+    }
+    return ContainerSpec(
+        pod_uid=pod_uid,
+        name=str(c["name"]),
+        command=[str(a) for a in [*(c.get("command") or []), *(c.get("args") or [])]],
+        env=env,
+        resources=Resources(
+            memory_limit_bytes=_quantity(limits, "memory", to_bytes),
+            cpu_request_millis=cpu_request if cpu_request is not None else cpu_limit,
+            cpu_limit_millis=cpu_limit,
+        ),
+    )
+
+
+def grace_seconds(pod: Obj) -> float:
+    """``metadata.deletionGracePeriodSeconds`` once deleting, else the spec's (default 30)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    for value in (
+        meta.get("deletionGracePeriodSeconds"),
+        spec.get("terminationGracePeriodSeconds"),
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return max(0.0, float(value))
+    return 30.0
+
+
+def restarts(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def pre_stop_action(c: Obj) -> Action | None:
+    hook = (c.get("lifecycle") or {}).get("preStop")
+    if not hook:
+        return None
+    try:
+        return probes.parse_probe("liveness", hook, {}).action
+    except probes.ProbeSpecError:
+        return None
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """``wall`` (epoch seconds) stamps the status; ``mono`` drives backoff, probes, retries."""
+
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _Box:
+    """One container: its resolved spec, its probes, and what the status says of it."""
+
+    spec: ContainerSpec
+    raw: Obj
+    probe_specs: dict[ProbeKind, ProbeSpec]
+    view: status.ContainerView
+    cp: probes.ContainerProbes | None = None
+    ran: bool = False
+    started_mono: float | None = None
+    restart_due: float | None = None
+    done: bool = False  # ended for good: not restarted again
+    tasks: dict[ProbeKind, tuple[Ticket, asyncio.Task[ProbeResult]]] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return isinstance(self.view.state, status.Running)
+
+    def cancel_probes(self) -> None:
+        for _, task in self.tasks.values():
+            task.cancel()
+        self.tasks.clear()
+        self.cp = None
+
+
+def _view_of(term: Terminated, message: str = "") -> status.Terminated:
+    return status.Terminated(
+        exit_code=term.exit_code,
+        reason=term.reason,
+        finished_at=term.finished_at.timestamp(),
+        started_at=term.started_at.timestamp(),
+        signal=term.signal,
+        message=message,
+    )
+
+
+def _meta(pod: Obj) -> Obj:
+    return pod.get("metadata") or {}
+
+
+def _newer(candidate: Obj, known: Obj) -> bool:
+    """Whether ``candidate`` is a later copy of the pod than ``known`` (by resourceVersion)."""
+    a, b = str(_meta(candidate).get("resourceVersion")), str(_meta(known).get("resourceVersion"))
+    if a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return a != b
+
+
+class PodWorker:
+    def __init__(
+        self,
+        pod: Obj,
+        runtime: Runtime,
+        api: PodApi,
+        backoff: CrashLoopBackoff,
+        *,
+        clocks: Clocks | None = None,
+        prober: Prober = run_probe,
+        probe_context: Callable[[ContainerSpec], ProbeContext] | None = None,
+        host_ip: str = "",
+        poll: float = 1.0,
+        retry_after: float = 2.0,
+    ) -> None:
+        self.pod = pod
+        self.runtime, self.api, self.backoff = runtime, api, backoff
+        self.clocks = clocks or Clocks()
+        self.prober = prober
+        self.probe_context = probe_context or (lambda s: ProbeContext(env=dict(s.env)))
+        self.host_ip, self.poll, self.retry_after = host_ip, poll, retry_after
+        self.uid = str(_meta(pod).get("uid"))
+        self.namespace = str(_meta(pod).get("namespace") or "")
+        self.name = str(_meta(pod).get("name"))
+        spec = pod.get("spec") or {}
+        self.policy = str(spec.get("restartPolicy") or "Always")
+        self.at_most_one = spec.get("atMostOne") is True
+        self.boxes = [self._box(c) for c in spec.get("containers") or []]
+        self.coalescer = status.Coalescer()
+        self.accepted_at = self.clocks.wall()
+        self.wake = asyncio.Event()
+        self.writes = 0
+        self.lease_ok = True  # set by the loop; at-most-one pods need it
+        self.finished = False
+        self._stop: tuple[float, bool] | None = None  # (grace, confirm by deleting)
+        self._stopped = False
+        self._killed = ""
+        self._retry_at: float | None = None
+
+    def _box(self, raw: Obj) -> _Box:
+        spec = container_spec(self.uid, raw)
+        view = status.ContainerView(spec.name, status.Waiting(), image=str(raw.get("image") or ""))
+        return _Box(spec, raw, probes.parse_container(raw), view)
+
+    # -- what the loop tells the worker ----------------------------------------------------------
+
+    def update(self, pod: Obj) -> None:
+        """A newer copy from the assignments (the spec is fixed; metadata and status move)."""
+        if _newer(pod, self.pod):
+            self.pod = pod
+            self.wake.set()
+
+    def request_stop(self, *, confirm: bool, grace: float | None = None) -> None:
+        """Stop the pod for good: ``confirm`` for a deletion (then delete it with grace 0),
+        not for a pod that is simply no longer assigned here (no API write at all)."""
+        if self._stop is None or (confirm and not self._stop[1]):
+            self._stop = (grace_seconds(self.pod) if grace is None else grace, confirm)
+            self.wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop is not None
+
+    # -- one pass ----------------------------------------------------------------------------------
+
+    async def step(self) -> float | None:
+        """Observe, act, write status; the monotonic time to look again (None: on news only)."""
+        now = self.clocks.mono()
+        if self.finished:
+            return None
+        if self._stop is not None:
+            await self._terminate(now)
+            return self._retry_at
+        if self.at_most_one and not self.lease_ok:
+            await self._kill_for_lease()
+        for box in self.boxes:
+            self._observe(box, now)
+        for box in self.boxes:
+            await self._collect(box, now)
+        for box in self.boxes:
+            if not await self._maybe_start(box, now):
+                break  # spec order: a later container waits for an earlier one to start
+        for box in self.boxes:
+            self._launch(box, now)
+        await self._sync_status(now)
+        return self._next_wakeup()
+
+    def _observe(self, box: _Box, now: float) -> None:
+        if box.running and isinstance(
+            term := self.runtime.state(self.uid, box.spec.name), Terminated
+        ):
+            self._exited(box, term, now)
+
+    def _exited(self, box: _Box, term: Terminated, now: float, message: str = "") -> None:
+        box.cancel_probes()
+        ended = _view_of(term, message)
+        if self._killed or not restarts(self.policy, term.exit_code):
+            box.view = dataclasses.replace(box.view, state=ended, ready=False, started=False)
+            box.done = True
+            return
+        delay = self.backoff.record_crash(box.spec.key, now, box.started_mono)
+        box.restart_due = now + delay
+        wait = status.Waiting(
+            "CrashLoopBackOff",
+            f"back-off {delay:g}s restarting failed container={box.spec.name} "
+            f"pod={self.name}_{self.namespace}({self.uid})",
+        )
+        box.view = dataclasses.replace(
+            box.view, state=wait, last_state=ended, ready=False, started=False
+        )
+
+    async def _maybe_start(self, box: _Box, now: float) -> bool:
+        """Start ``box`` if it should run and may; whether it runs (or is done) afterwards."""
+        if box.running or box.done:
+            return True
+        if box.restart_due is not None and now < box.restart_due:
+            return False
+        if self.at_most_one and not self.lease_ok:
+            return False  # no renewed lease, no at-most-one pod
+        try:
+            running = await self.runtime.start(box.spec)
+        except StartError as exc:
+            delay = self.backoff.record_crash(box.spec.key, now)
+            box.restart_due = now + delay
+            waiting = status.Waiting("CreateContainerError", str(exc))
+            box.view = dataclasses.replace(box.view, state=waiting)
+            return False
+        box.cp = probes.start(box.probe_specs, now)
+        box.view = dataclasses.replace(
+            box.view,
+            state=status.Running(running.started_at.timestamp()),
+            restart_count=box.view.restart_count + (1 if box.ran else 0),
+            ready=box.cp.ready,
+            started=box.cp.started,
+            container_id=f"{self.runtime.name}://{running.pid}",
+        )
+        box.ran, box.started_mono, box.restart_due = True, now, None
+        return True
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    def _launch(self, box: _Box, now: float) -> None:
+        if box.cp is None:
+            return
+        for kind in probes.due(box.cp, now):
+            box.cp, ticket = probes.launch(box.cp, kind, now)
+            spec = box.probe_specs[kind]
+            run = self.prober(spec.action, spec.timeout, self.probe_context(box.spec))
+            task = asyncio.ensure_future(run)
+            task.add_done_callback(lambda _: self.wake.set())
+            box.tasks[kind] = (ticket, task)
+
+    async def _collect(self, box: _Box, now: float) -> None:
+        for kind, (ticket, task) in list(box.tasks.items()):
+            if not task.done() or box.cp is None:
+                continue
+            del box.tasks[kind]
+            if task.cancelled():
+                continue
+            exc = task.exception()
+            result = ProbeResult(Outcome.FAILURE, repr(exc)) if exc else task.result()
+            box.cp, verdicts = probes.observe(box.cp, ticket, result, now)
+            box.view = dataclasses.replace(box.view, ready=box.cp.ready, started=box.cp.started)
+            for verdict in verdicts:
+                if isinstance(verdict, Restart):
+                    await self._restart_in_place(box, verdict, now)
+                    return
+
+    async def _restart_in_place(self, box: _Box, verdict: Restart, now: float) -> None:
+        box.cancel_probes()
+        term = await self.runtime.stop(self.uid, box.spec.name, grace_seconds(self.pod))
+        if term is not None:
+            message = f"Container {box.spec.name} {verdict.message}, will be restarted"
+            self._exited(box, term, now, message)
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    async def _stop_box(self, box: _Box, grace: float) -> None:
+        box.cancel_probes()
+        if box.running and (hook := pre_stop_action(box.raw)) is not None:
+            began = self.clocks.mono()
+            with contextlib.suppress(Exception):
+                await self.prober(hook, max(grace, 1.0), self.probe_context(box.spec))
+            grace = max(0.0, grace - (self.clocks.mono() - began))
+        term = await self.runtime.stop(self.uid, box.spec.name, grace)
+        if term is not None and box.running:
+            box.view = dataclasses.replace(box.view, state=_view_of(term), ready=False)
+        box.done = True
+
+    async def _kill_for_lease(self) -> None:
+        """An at-most-one pod whose node lost its lease: SIGKILL now, never restart."""
+        if self._killed or not any(b.ran for b in self.boxes):
+            return
+        self._killed = LEASE_LOST
+        log.warning(
+            "pod %s/%s: no lease renewal for too long; killing it", self.namespace, self.name
+        )
+        await asyncio.gather(*(self._stop_box(b, 0.0) for b in self.boxes))
+
+    async def _terminate(self, now: float) -> None:
+        assert self._stop is not None
+        grace, confirm = self._stop
+        if not self._stopped:
+            await asyncio.gather(*(self._stop_box(b, grace) for b in self.boxes))
+            await self.runtime.cleanup(self.uid)
+            for box in self.boxes:
+                self.backoff.forget(box.spec.key)
+            self._stopped = True
+        if confirm and (self._retry_at is None or now >= self._retry_at):
+            try:
+                await self.api.confirm_deleted(self.namespace, self.name, self.uid)
+            except (NotFound, Conflict):
+                pass  # already gone, or the name now belongs to another pod
+            except (Unreachable, StatusError) as exc:
+                log.warning(
+                    "pod %s/%s: cannot confirm deletion: %s", self.namespace, self.name, exc
+                )
+                self._retry_at = now + self.retry_after
+                return
+        elif confirm:
+            return
+        self.finished = True
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def view(self) -> status.PodView:
+        return status.PodView(
+            tuple(b.view for b in self.boxes),
+            start_time=self.accepted_at,
+            terminating=bool(self._killed),
+            host_ip=self.host_ip,
+            pod_ip=self.host_ip,
+        )
+
+    def candidate(self) -> Obj:
+        built = status.build_status(self.pod, self.view(), self.clocks.wall())
+        if self._killed:
+            built.update(reason=self._killed, message="the node's lease was not renewed in time")
+        return built
+
+    async def _sync_status(self, now: float) -> None:
+        if self._retry_at is not None and now < self._retry_at:
+            return
+        self._retry_at = None
+        wanted = self.candidate()
+        if not self.coalescer.offer(self.pod.get("status") or {}, wanted, now):
+            return
+        for _ in range(3):
+            try:
+                self.pod = await self.api.write_status(self.pod, wanted)
+                self.writes += 1
+                return
+            except Conflict:
+                fresh = await self._reread()
+                if fresh is None:
+                    return
+                self.pod = fresh
+                wanted = self.candidate()
+                if not status.needs_write(self.pod.get("status") or {}, wanted):
+                    return
+            except NotFound:
+                self.request_stop(confirm=False)  # the pod is gone: stop, write nothing
+                return
+            except (Unreachable, StatusError) as exc:
+                log.info("pod %s/%s: status write failed: %s", self.namespace, self.name, exc)
+                break
+        self._retry_at = now + self.retry_after
+
+    async def _reread(self) -> Obj | None:
+        try:
+            fresh = await self.api.get(self.namespace, self.name)
+        except NotFound:
+            fresh = None
+        except (Unreachable, StatusError):
+            return None
+        if fresh is None or str(_meta(fresh).get("uid")) != self.uid:
+            self.request_stop(confirm=False)
+            return None
+        return fresh
+
+    def _next_wakeup(self) -> float | None:
+        times = [b.restart_due for b in self.boxes if b.restart_due is not None]
+        times += [t for b in self.boxes if b.cp and (t := probes.next_wakeup(b.cp)) is not None]
+        times += [t for t in (self.coalescer.wake_at(), self._retry_at) if t is not None]
+        return min(times, default=None)
+
+    async def run(self) -> None:
+        """Step until the pod is finished; wake on news, on the next due time, or every poll
+        (the runtime is polled for exits)."""
+        try:
+            while not self.finished:
+                self.wake.clear()
+                try:
+                    wake_at = await self.step()
+                except Exception:
+                    log.exception("pod %s/%s: step failed", self.namespace, self.name)
+                    wake_at = None
+                timeout = self.poll
+                if wake_at is not None:
+                    timeout = min(timeout, max(0.0, wake_at - self.clocks.mono()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout)
+        finally:
+            for box in self.boxes:
+                box.cancel_probes()
