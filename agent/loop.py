@@ -1,0 +1,284 @@
+"""The node agent: the loop that keeps this machine's pods what the control plane says.
+
+Two threads keep the agent's picture of the control plane (ADR 0017): the :class:`LeaseKeeper`
+renews the node's lease every 10 s, the :class:`AssignmentSource` lists and watches the pods
+bound to the node. An asyncio loop compares that picture with the pods it runs, a few times a
+second: new pods pass the fit re-check and get a :class:`~agent.pods.PodWorker` (its own task),
+refused ones get a ``Failed`` status, deleted ones are stopped and their deletion confirmed,
+ones no longer assigned after a relist are stopped without a word to the API, and at-most-one
+pods learn whether the lease still holds. The node's status is kept by
+:class:`NodeStatusWriter`, forced when the lease epoch moved (the controller fenced the node).
+
+Nothing here stops a pod because the API is away: the assignment map keeps its last state and
+workers keep running and restarting their containers (static stability).
+
+The future ``python -m agent`` entry point is :func:`main`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agent import config as agent_config
+from agent.api import POD, AgentApi, Unreachable, path
+from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
+from agent.backoff import CrashLoopBackoff
+from agent.lease import LeaseKeeper
+from agent.machine import Resources, detect
+from agent.node import NodeConfig, NodeStatusWriter
+from agent.pods import Clocks, PodApi, PodWorker, Prober
+from agent.probe_exec import ProbeContext, run_probe
+from agent.runtime import ContainerSpec, Runtime
+from agent.runtime.cgroups import CgroupsUnavailable
+from agent.runtime.cgroups import detect as detect_cgroups
+from agent.runtime.process import ProcessRuntime, container_env
+from agent.runtime.sim import SimRuntime
+from app.core.errors import StatusError
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+class RestPodApi:
+    """:class:`~agent.pods.PodApi` over the synchronous client, each call in a thread so a
+    slow API never blocks the loop."""
+
+    def __init__(self, api: AgentApi) -> None:
+        self.api = api
+
+    async def get(self, namespace: str, name: str) -> Obj:
+        return await asyncio.to_thread(self.api.get, POD, namespace, name)
+
+    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
+        ns = str(pod["metadata"].get("namespace") or "")
+        return await asyncio.to_thread(
+            self.api.replace, POD, ns, {**pod, "status": new_status}, "status"
+        )
+
+    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        url = path(POD, namespace, name)
+        await asyncio.to_thread(self.api.request, "DELETE", url, body=body)
+
+
+def probe_context_for(runtime: Runtime) -> Callable[[ContainerSpec], ProbeContext]:
+    """Exec probes run as the container would: its env, and its pod directory as cwd."""
+    if isinstance(runtime, ProcessRuntime):
+        rt = runtime
+        return lambda s: ProbeContext(env=container_env(s.env), cwd=str(rt.pod_dir(s.pod_uid)))
+    return lambda s: ProbeContext(env=container_env(s.env))
+
+
+def _deleting(pod: Obj) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class Agent:
+    def __init__(
+        self,
+        runtime: Runtime,
+        pod_api: PodApi,
+        source: AssignmentSource,
+        lease: LeaseKeeper,
+        allocatable: Resources,
+        *,
+        node_status: NodeStatusWriter | None = None,
+        backoff: CrashLoopBackoff | None = None,
+        clocks: Clocks | None = None,
+        prober: Prober = run_probe,
+        host_ip: str = "",
+        poll: float = 0.25,
+        tick: float = 0.2,
+    ) -> None:
+        self.runtime, self.pod_api, self.source, self.lease = runtime, pod_api, source, lease
+        self.allocatable, self.node_status = allocatable, node_status
+        self.backoff = CrashLoopBackoff() if backoff is None else backoff  # it has a len()
+        self.clocks = clocks or Clocks()
+        self.prober, self.host_ip, self.poll, self.tick = prober, host_ip, poll, tick
+        self.probe_context = probe_context_for(runtime)
+        self.workers: dict[str, PodWorker] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.done: set[str] = set()  # stopped for good here; never started again
+        self.refused: set[str] = set()
+        self._epoch_changes = 0
+
+    # -- desired vs running -----------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        desired = self.source.snapshot()
+        if self.source.listed:  # before the first list, an empty map means "unknown"
+            for uid, running in self.workers.items():
+                if uid not in desired:
+                    running.request_stop(confirm=False)
+            self.done &= desired.keys()
+            self.refused &= desired.keys()
+        for uid, pod in desired.items():
+            worker = self.workers.get(uid)
+            if worker is not None:
+                worker.update(pod)
+                if _deleting(pod):
+                    worker.request_stop(confirm=True)
+            elif _deleting(pod) and uid not in self.done:
+                self._spawn(pod).request_stop(confirm=True)  # never ran here: confirm only
+        fresh = [p for u, p in desired.items() if u not in self.done and u not in self.refused]
+        accept, refuse = check_fit(fresh, self.allocatable, set(self.workers))
+        for uid in accept:
+            self._spawn(desired[uid])
+        for refusal in refuse:
+            await self._refuse(desired[refusal.uid], refusal)
+
+    def _spawn(self, pod: Obj) -> PodWorker:
+        worker = PodWorker(
+            pod,
+            self.runtime,
+            self.pod_api,
+            self.backoff,
+            clocks=self.clocks,
+            prober=self.prober,
+            probe_context=self.probe_context,
+            host_ip=self.host_ip,
+            poll=self.poll,
+        )
+        worker.lease_ok = not self.lease.self_kill_due()
+        self.workers[worker.uid] = worker
+        self.tasks[worker.uid] = asyncio.create_task(self._drive(worker))
+        return worker
+
+    async def _drive(self, worker: PodWorker) -> None:
+        try:
+            await worker.run()
+        finally:
+            self.workers.pop(worker.uid, None)
+            self.tasks.pop(worker.uid, None)
+            if worker.finished:
+                self.done.add(worker.uid)
+
+    async def _refuse(self, pod: Obj, refusal: Refusal) -> None:
+        log.warning("refusing pod %s/%s: %s", refusal.namespace, refusal.name, refusal.message)
+        new_status = {**(pod.get("status") or {}), **refusal_status(refusal)}
+        try:
+            await self.pod_api.write_status(pod, new_status)
+        except (Unreachable, StatusError) as exc:
+            log.info("refusal of %s not written yet: %s", refusal.name, exc)
+            return
+        self.refused.add(refusal.uid)
+
+    def check_lease(self) -> None:
+        """At-most-one pods run only while the lease holds (killed after 30 s without it)."""
+        ok = not self.lease.self_kill_due()
+        for worker in self.workers.values():
+            if worker.at_most_one and worker.lease_ok != ok:
+                worker.lease_ok = ok
+                worker.wake.set()
+
+    async def sync_node(self) -> None:
+        if self.node_status is None:
+            return
+        moved = self.lease.epoch_changes != self._epoch_changes
+        try:
+            await asyncio.to_thread(self.node_status.sync, moved)
+        except (Unreachable, StatusError) as exc:
+            log.info("node status not written: %s", exc)
+            return
+        self._epoch_changes = self.lease.epoch_changes
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def register(self, stop: asyncio.Event) -> None:
+        delay = 0.5
+        while self.node_status is not None and not stop.is_set():
+            try:
+                await asyncio.to_thread(self.node_status.register)
+                return
+            except (Unreachable, StatusError) as exc:
+                log.warning("registration failed: %s; retrying in %.1f s", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(30.0, delay * 2)
+
+    async def run(self, stop: asyncio.Event, *, stop_pods: bool = True) -> None:
+        """Register, start the lease and assignment threads, reconcile until ``stop``; then
+        stop the threads and (``stop_pods``) every pod this agent runs."""
+        await self.register(stop)
+        halt = threading.Event()
+        threads = [
+            threading.Thread(target=self.lease.run, args=(halt,), daemon=True, name="lease"),
+            threading.Thread(target=self.source.run, args=(halt,), daemon=True, name="pods"),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while not stop.is_set():
+                self.check_lease()
+                await self.reconcile()
+                await self.sync_node()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.tick)
+        finally:
+            halt.set()
+            if stop_pods:
+                await self.shutdown()
+            for thread in threads:
+                await asyncio.to_thread(thread.join, 15.0)
+
+    async def shutdown(self) -> None:
+        """Cancel every worker and kill and clean up every pod the runtime still holds."""
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        for uid in {uid for uid, _ in self.runtime.containers()}:
+            await self.runtime.cleanup(uid)
+
+
+def build(cfg: agent_config.AgentConfig) -> Agent:
+    """The agent ``cfg`` describes, with its own clients for each thread."""
+    api = AgentApi(cfg.server, cfg.token)
+    machine = detect()
+    node_cfg = NodeConfig(cfg.node_name, cfg.zone, cfg.machine_class, reserve=cfg.reserve)
+    runtime: Runtime
+    if cfg.runtime == "sim":
+        runtime = SimRuntime()
+    else:
+        try:
+            cgroups = detect_cgroups(f"quaymaster-{cfg.node_name}")
+        except CgroupsUnavailable as exc:
+            log.warning("no cgroups, pods run without limits: %s", exc)
+            cgroups = None
+        runtime = ProcessRuntime(cfg.pods_dir.resolve(), cgroups)
+    return Agent(
+        runtime,
+        RestPodApi(api),
+        AssignmentSource(api.clone(), cfg.node_name),
+        LeaseKeeper(api.clone(), cfg.node_name),
+        machine.allocatable(cfg.reserve),
+        node_status=NodeStatusWriter(api, node_cfg, machine),
+        host_ip=cfg.node_ip,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the agent until SIGINT or SIGTERM; its pods are stopped on the way out."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        cfg = agent_config.parse(sys.argv[1:] if argv is None else argv, os.environ)
+    except agent_config.ConfigError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await build(cfg).run(stop)
+
+    asyncio.run(serve())
+    return 0

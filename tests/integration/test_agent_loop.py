@@ -1,0 +1,178 @@
+"""The whole agent loop against a real API server, running real processes: pods bound to a
+node of the test's own become Running and Ready in the API, a readiness exec probe flips
+Ready, a crashing container is restarted, and a deleted pod's process is stopped before the
+pod leaves the API. Each test stops its agent, which stops every process it started."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.api import NAMESPACE, POD, AgentApi
+from agent.assignments import AssignmentSource
+from agent.backoff import CrashLoopBackoff
+from agent.lease import LeaseKeeper
+from agent.loop import Agent, RestPodApi
+from agent.machine import Reserve, detect
+from agent.node import NodeConfig, NodeStatusWriter
+from agent.runtime import Running
+from agent.runtime.process import ProcessRuntime
+from app.core.errors import NotFound
+from app.devstack.apiserver import ApiServer
+
+Obj = dict[str, Any]
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+@dataclass
+class Running_:
+    agent: Agent
+    api: AgentApi
+    node: str
+    namespace: str
+
+    def create(self, name: str, container: Obj, **spec: Any) -> Obj:
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": self.node,
+                "terminationGracePeriodSeconds": 5,
+                "containers": [{"name": "c", "image": "local", **container}],
+                **spec,
+            },
+        }
+        return self.api.create(POD, self.namespace, body)
+
+    def get(self, name: str) -> Obj:
+        return self.api.get(POD, self.namespace, name)
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(check):
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+def condition(pod: Obj, kind: str) -> str:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == kind), "")
+
+
+@pytest.fixture
+async def running(api_server: ApiServer, tmp_path: Path) -> AsyncIterator[Running_]:
+    api = AgentApi(api_server.url, api_server.token)
+    node = f"loop-{secrets.token_hex(3)}"
+    ns = f"loop-{secrets.token_hex(3)}"
+    api.create(NAMESPACE, None, {"metadata": {"name": ns}})
+    machine = detect()
+    reserve = Reserve(100, 256 << 20)
+    agent = Agent(
+        ProcessRuntime(tmp_path / "pods", None),
+        RestPodApi(api),
+        AssignmentSource(api.clone(), node, watch_timeout=2),
+        LeaseKeeper(api.clone(), node),
+        machine.allocatable(reserve),
+        node_status=NodeStatusWriter(api, NodeConfig(node, reserve=reserve), machine),
+        backoff=CrashLoopBackoff(initial=0.5),
+        host_ip="127.0.0.1",
+        poll=0.1,
+        tick=0.1,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        yield Running_(agent, api, node, ns)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        assert agent.runtime.containers() == []
+        api.close()
+
+
+def pid_of(agent: Agent, uid: str) -> int:
+    state = agent.runtime.state(uid, "c")
+    assert isinstance(state, Running)
+    return state.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_a_pod_becomes_running_and_ready(running: Running_) -> None:
+    pod = running.create("sleeper", {"command": SLEEP})
+    await wait_for(lambda: condition(running.get("sleeper"), "Ready") == "True")
+    got = running.get("sleeper")
+    assert got["status"]["phase"] == "Running"
+    cs = got["status"]["containerStatuses"][0]
+    assert "running" in cs["state"] and cs["restartCount"] == 0
+    assert alive(pid_of(running.agent, pod["metadata"]["uid"]))
+
+
+async def test_readiness_exec_probe_flips_ready_when_a_file_appears(
+    running: Running_, tmp_path: Path
+) -> None:
+    flag = tmp_path / "ready-flag"
+    probe = {"exec": {"command": ["test", "-f", str(flag)]}, "periodSeconds": 1}
+    pod = running.create("gated", {"command": SLEEP, "readinessProbe": probe})
+    await wait_for(lambda: running.get("gated")["status"].get("phase") == "Running")
+    await asyncio.sleep(1.5)  # at least one failing probe
+    got = running.get("gated")
+    assert condition(got, "Ready") == "False"
+    pid = pid_of(running.agent, pod["metadata"]["uid"])
+    flag.touch()
+    await wait_for(lambda: condition(running.get("gated"), "Ready") == "True", timeout=10)
+    assert pid_of(running.agent, pod["metadata"]["uid"]) == pid  # flipped, not restarted
+    flag.unlink()
+    await wait_for(lambda: condition(running.get("gated"), "Ready") == "False", timeout=10)
+    assert running.get("gated")["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+async def test_a_crashing_container_is_restarted(running: Running_) -> None:
+    running.create("crasher", {"command": ["sh", "-c", "exit 1"]}, restartPolicy="Always")
+
+    def restarted() -> bool:
+        statuses = running.get("crasher")["status"].get("containerStatuses") or []
+        return bool(statuses) and statuses[0]["restartCount"] >= 1
+
+    await wait_for(restarted)
+    cs = running.get("crasher")["status"]["containerStatuses"][0]
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    assert cs["lastState"]["terminated"]["reason"] == "Error"
+
+
+async def test_deleting_a_pod_stops_its_process_and_the_pod_goes(running: Running_) -> None:
+    handler = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    pod = running.create("doomed", {"command": [sys.executable, "-c", handler + "time.sleep(60)"]})
+    uid = pod["metadata"]["uid"]
+    await wait_for(lambda: running.get("doomed")["status"].get("phase") == "Running")
+    pid = pid_of(running.agent, uid)
+    marked = running.api.delete(POD, running.namespace, "doomed")
+    assert marked["metadata"].get("deletionTimestamp")  # bound: the agent must finish it
+
+    def gone() -> bool:
+        try:
+            running.get("doomed")
+        except NotFound:
+            return True
+        return False
+
+    await wait_for(gone)
+    assert not alive(pid)
+    await wait_for(lambda: uid not in running.agent.workers)
+    assert not running.agent.runtime.containers(uid)
+    assert not os.path.exists(running.agent.runtime.pod_dir(uid))  # type: ignore[attr-defined]
