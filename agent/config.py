@@ -17,17 +17,28 @@ need neither the process's arguments nor its environment.
 | node IP | ``--node-ip`` | ``QM_AGENT_NODE_IP`` | ``127.0.0.1`` |
 
 The system reserve is read by :meth:`agent.machine.Reserve.from_env` (``QM_AGENT_RESERVE_*``).
+
+The other half is a container's configuration as the runtime takes it, resolved from its pod:
+argv, environment, resources, grace period, restart rule and ``preStop`` hook
+(:func:`container_spec` and friends), pure functions the pod workers call.
 """
 
 from __future__ import annotations
 
 import argparse
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from agent import probes
 from agent.machine import Reserve
+from agent.probes import Action
+from agent.runtime import ContainerSpec, Resources
+from app.core.quantity import cpu_millis, to_bytes
+
+Obj = dict[str, Any]
 
 RUNTIMES = ("process", "sim")
 DEFAULT_SERVER = "http://127.0.0.1:8080"
@@ -95,3 +106,59 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         node_ip=args.node_ip,
         reserve=reserve,
     )
+
+
+# -- the pod spec, resolved for the runtime ----------------------------------------------------
+
+
+def _quantity(amounts: Obj, key: str, parse: Callable[[Any], int]) -> int | None:
+    return parse(amounts[key]) if amounts.get(key) is not None else None
+
+
+def container_spec(pod_uid: str, c: Obj) -> ContainerSpec:
+    """argv = ``command`` + ``args``; literal ``env`` values (``valueFrom`` is not resolved);
+    the memory limit, and the CPU request (the limit when no request is given) and limit."""
+    res = c.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    cpu_limit = _quantity(limits, "cpu", cpu_millis)
+    cpu_request = _quantity(requests, "cpu", cpu_millis)
+    env = {
+        str(e["name"]): str(e.get("value", "")) for e in c.get("env") or [] if "valueFrom" not in e
+    }
+    return ContainerSpec(
+        pod_uid=pod_uid,
+        name=str(c["name"]),
+        command=[str(a) for a in [*(c.get("command") or []), *(c.get("args") or [])]],
+        env=env,
+        resources=Resources(
+            memory_limit_bytes=_quantity(limits, "memory", to_bytes),
+            cpu_request_millis=cpu_request if cpu_request is not None else cpu_limit,
+            cpu_limit_millis=cpu_limit,
+        ),
+    )
+
+
+def grace_seconds(pod: Obj) -> float:
+    """``metadata.deletionGracePeriodSeconds`` once deleting, else the spec's (default 30)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    for value in (
+        meta.get("deletionGracePeriodSeconds"),
+        spec.get("terminationGracePeriodSeconds"),
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return max(0.0, float(value))
+    return 30.0
+
+
+def restarts(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def pre_stop_action(c: Obj) -> Action | None:
+    hook = (c.get("lifecycle") or {}).get("preStop")
+    if not hook:
+        return None
+    try:
+        return probes.parse_probe("liveness", hook, {}).action
+    except probes.ProbeSpecError:
+        return None

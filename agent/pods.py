@@ -28,11 +28,11 @@ from typing import Any, Protocol
 from agent import probes, status
 from agent.api import Unreachable
 from agent.backoff import CrashLoopBackoff
+from agent.config import container_spec, grace_seconds, pre_stop_action, restarts
 from agent.probe_exec import ProbeContext, run_probe
 from agent.probes import Action, Outcome, ProbeKind, ProbeResult, ProbeSpec, Restart, Ticket
-from agent.runtime import ContainerSpec, Resources, Runtime, StartError, Terminated
+from agent.runtime import ContainerSpec, Runtime, StartError, Terminated
 from app.core.errors import Conflict, NotFound, StatusError
-from app.core.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -53,62 +53,6 @@ class PodApi(Protocol):
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         """DELETE with ``gracePeriodSeconds=0`` and the uid as precondition."""
         ...
-
-
-# -- the pod spec, resolved for the runtime ----------------------------------------------------
-
-
-def _quantity(amounts: Obj, key: str, parse: Callable[[Any], int]) -> int | None:
-    return parse(amounts[key]) if amounts.get(key) is not None else None
-
-
-def container_spec(pod_uid: str, c: Obj) -> ContainerSpec:
-    """argv = ``command`` + ``args``; literal ``env`` values (``valueFrom`` is not resolved);
-    the memory limit, and the CPU request (the limit when no request is given) and limit."""
-    res = c.get("resources") or {}
-    limits, requests = res.get("limits") or {}, res.get("requests") or {}
-    cpu_limit = _quantity(limits, "cpu", cpu_millis)
-    cpu_request = _quantity(requests, "cpu", cpu_millis)
-    env = {
-        str(e["name"]): str(e.get("value", "")) for e in c.get("env") or [] if "valueFrom" not in e
-    }
-    return ContainerSpec(
-        pod_uid=pod_uid,
-        name=str(c["name"]),
-        command=[str(a) for a in [*(c.get("command") or []), *(c.get("args") or [])]],
-        env=env,
-        resources=Resources(
-            memory_limit_bytes=_quantity(limits, "memory", to_bytes),
-            cpu_request_millis=cpu_request if cpu_request is not None else cpu_limit,
-            cpu_limit_millis=cpu_limit,
-        ),
-    )
-
-
-def grace_seconds(pod: Obj) -> float:
-    """``metadata.deletionGracePeriodSeconds`` once deleting, else the spec's (default 30)."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    for value in (
-        meta.get("deletionGracePeriodSeconds"),
-        spec.get("terminationGracePeriodSeconds"),
-    ):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return max(0.0, float(value))
-    return 30.0
-
-
-def restarts(policy: str, exit_code: int) -> bool:
-    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
-
-
-def pre_stop_action(c: Obj) -> Action | None:
-    hook = (c.get("lifecycle") or {}).get("preStop")
-    if not hook:
-        return None
-    try:
-        return probes.parse_probe("liveness", hook, {}).action
-    except probes.ProbeSpecError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
 from agent.api import Unreachable
 from agent.backoff import CrashLoopBackoff
-from agent.pods import Clocks, PodWorker, container_spec, grace_seconds
+from agent.config import ConfigError, container_spec, grace_seconds, parse
+from agent.loop import Agent
+from agent.machine import Resources
+from agent.pods import Clocks, PodWorker
 from agent.probe_exec import ProbeContext
 from agent.probes import Action, ExecAction, Outcome, ProbeResult
 from agent.runtime import Running, Terminated
@@ -301,3 +305,90 @@ def test_container_spec_resolves_argv_env_and_resources() -> None:
     assert dict(spec.env) == {"A": "1"}
     r = spec.resources
     assert (r.memory_limit_bytes, r.cpu_request_millis, r.cpu_limit_millis) == (64 << 20, 500, 500)
+
+
+# -- the loop around the workers --------------------------------------------------------------
+
+
+class FakeSource:
+    def __init__(self, *pods: Obj) -> None:
+        self.pods = {p["metadata"]["uid"]: p for p in pods}
+        self.listed = True
+
+    def snapshot(self) -> dict[str, Obj]:
+        return dict(self.pods)
+
+
+class FakeLease:
+    epoch_changes = 0
+
+    def __init__(self) -> None:
+        self.lapsed = False
+
+    def self_kill_due(self) -> bool:
+        return self.lapsed
+
+
+def make_agent(pod: Obj, allocatable: Resources) -> tuple[Agent, FakeApi, FakeSource]:
+    api, source = FakeApi(pod), FakeSource(pod)
+    agent = Agent(
+        SimRuntime(),
+        api,
+        cast(Any, source),
+        cast(Any, FakeLease()),
+        allocatable,
+        poll=0.01,
+        prober=Harness(pod).probe,
+    )
+    return agent, api, source
+
+
+async def until(check: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_the_loop_refuses_a_pod_that_does_not_fit_and_writes_why() -> None:
+    pod = make_pod(resources={"requests": {"memory": "2Gi"}})
+    agent, api, _ = make_agent(pod, Resources(1000, 1 << 30))
+    await agent.reconcile()
+    await agent.reconcile()
+    assert agent.workers == {} and agent.runtime.containers() == []
+    assert len(api.statuses) == 1  # once, not on every tick
+    assert (api.statuses[0]["phase"], api.statuses[0]["reason"]) == ("Failed", "OutOfmemory")
+
+
+async def test_the_loop_stops_a_pod_moved_away_without_writing() -> None:
+    agent, api, source = make_agent(make_pod(), Resources(1000, 1 << 30))
+    await agent.reconcile()
+    await until(lambda: isinstance(agent.runtime.state("u1", "app"), Running))
+    writes = len(api.statuses)
+    source.pods.clear()  # a relist without it
+    await agent.reconcile()
+    await until(lambda: not agent.workers)
+    assert agent.runtime.containers() == [] and "u1" in agent.done
+    assert len(api.statuses) == writes and api.deletes == []
+
+
+async def test_the_loop_stops_nothing_before_the_first_list() -> None:
+    agent, _, source = make_agent(make_pod(), Resources(1000, 1 << 30))
+    await agent.reconcile()
+    source.pods.clear()
+    source.listed = False
+    await agent.reconcile()
+    await asyncio.sleep(0.05)
+    assert isinstance(agent.runtime.state("u1", "app"), Running)
+    await agent.shutdown()
+    assert agent.runtime.containers() == []
+
+
+def test_settings_come_from_flags_over_environment() -> None:
+    env = {"QM_API_URL": "http://api:1", "QM_BOOTSTRAP_TOKEN": "t", "QM_AGENT_ZONE": "z1"}
+    cfg = parse(["--zone", "z2", "--runtime", "sim"], env, hostname="Box")
+    assert (cfg.server, cfg.token, cfg.node_name) == ("http://api:1", "t", "box")
+    assert (cfg.zone, cfg.runtime, cfg.pods_dir.name) == ("z2", "sim", "pods")
+    with pytest.raises(ConfigError):
+        parse(["--runtime", "crun"], env)
