@@ -83,7 +83,24 @@ COMPONENTS: tuple[Component, ...] = (
         ),
         requires="workers.app",
     ),
-    Component("agent", ("{python}", "-m", "agent"), requires="agent"),
+    *(
+        Component(
+            f"agent-{zone}",
+            (
+                "{python}",
+                "-m",
+                "agent",
+                "--node-name",
+                f"local-{zone}",
+                "--zone",
+                f"zone-{zone}",
+                "--state-dir",
+                f"{{state}}/agent-{zone}",
+            ),
+            requires="agent",
+        )
+        for zone in ("a", "b", "c")
+    ),  # three local machines in three zones, running pods as processes
 )
 
 

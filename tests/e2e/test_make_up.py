@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,6 +58,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         )
         assert got.returncode == 0, got.stderr
         assert "default" in got.stdout
+        _a_pod_runs_on_a_local_agent(qm_env)
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
@@ -68,7 +70,38 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             out, _ = proc.communicate()
     assert proc.returncode == 0, out
     running = next(line for line in out.splitlines() if "Running:" in line)
-    for name in ("api", "scheduler", "worker", "dispatcher", "beat", "manager"):
+    for name in ("api", "scheduler", "worker", "dispatcher", "beat", "manager", "agent-a",
+                 "agent-b", "agent-c"):  # fmt: skip
         assert name in running, running
     pidfile = tmp_path / "state" / "postgres" / "data" / "postmaster.pid"
     assert not pidfile.exists(), "PostgreSQL was stopped"
+
+
+def _qm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env,
+                          input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
+    """The three local agents register their machines, and a pod applied by a newcomer is
+    placed by the scheduler and started as a process by an agent."""
+    deadline = time.monotonic() + 90
+    while not all(f"local-{z}" in _qm(env, "get", "nodes") for z in "abc"):
+        assert time.monotonic() < deadline, _qm(env, "get", "nodes")
+        time.sleep(0.5)
+    pod = {"apiVersion": "quaymaster.io/v1", "kind": "Pod",
+           "metadata": {"name": "hello", "namespace": "default"},
+           "spec": {"containers": [{"name": "hello", "image": "local/python",
+                                    "command": ["python3", "-c", "import time; time.sleep(600)"],
+                                    "resources": {"requests": {"cpu": "100m",
+                                                               "memory": "64Mi"}}}]}}  # fmt: skip
+    _qm(env, "apply", "-f", "-", stdin=json.dumps(pod))
+    while True:
+        got = json.loads(_qm(env, "get", "pod", "hello", "-n", "default", "-o", "json"))
+        if (got.get("status") or {}).get("phase") == "Running":
+            assert got["spec"]["nodeName"].startswith("local-")
+            return
+        assert time.monotonic() < deadline, got
+        time.sleep(0.5)
