@@ -34,66 +34,31 @@ def _holds(row: str) -> str:
     )
 
 
-LOCK = "pg_advisory_xact_lock(hashtextextended('qm-node/' || {name}, 0))"
+LOCK = "pg_advisory_xact_lock(hashtextextended('qm-node/' || {name}, 0));"
 
-FUNCTIONS = f"""
-CREATE OR REPLACE FUNCTION qm_pods_allocation() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  old_holds boolean := TG_OP <> 'INSERT' AND {_holds("OLD")};
-  new_holds boolean := TG_OP <> 'DELETE' AND {_holds("NEW")};
-BEGIN
-  IF old_holds AND new_holds AND OLD.node_name = NEW.node_name THEN
-    UPDATE nodes_allocated AS a
-       SET cpu_milli = a.cpu_milli + NEW.req_cpu_milli - OLD.req_cpu_milli,
-           memory_bytes = a.memory_bytes + NEW.req_memory_bytes - OLD.req_memory_bytes,
-           gpu = a.gpu + NEW.req_gpu - OLD.req_gpu
-      FROM nodes AS n
-     WHERE n.namespace = '' AND n.name = NEW.node_name AND a.node_uid = n.uid;
-    RETURN NULL;
-  END IF;
-  IF old_holds THEN
-    UPDATE nodes_allocated AS a
-       SET cpu_milli = a.cpu_milli - OLD.req_cpu_milli,
-           memory_bytes = a.memory_bytes - OLD.req_memory_bytes,
-           gpu = a.gpu - OLD.req_gpu,
-           pods = a.pods - 1
-      FROM nodes AS n
-     WHERE n.namespace = '' AND n.name = OLD.node_name AND a.node_uid = n.uid;
-  END IF;
-  IF new_holds THEN
+# A pod that finds no row for its node meets the node's insert on the lock and looks again
+# (a new statement sees what the insert committed meanwhile).
+_ADD_WITH_RETRY = """
     FOR attempt IN 1..2 LOOP
-      UPDATE nodes_allocated AS a
+      {add}
+      EXIT WHEN FOUND OR attempt = 2;
+      PERFORM {lock}
+    END LOOP;"""
+
+
+def functions(meet_on_lock: bool) -> str:
+    """Both trigger functions; without the lock they are 0002's, which the downgrade restores."""
+    add = """UPDATE nodes_allocated AS a
          SET cpu_milli = a.cpu_milli + NEW.req_cpu_milli,
              memory_bytes = a.memory_bytes + NEW.req_memory_bytes,
              gpu = a.gpu + NEW.req_gpu,
              pods = a.pods + 1
         FROM nodes AS n
-       WHERE n.namespace = '' AND n.name = NEW.node_name AND a.node_uid = n.uid;
-      EXIT WHEN FOUND OR attempt = 2;
-      -- No row: the node is absent, or being registered right now. Meet its insert on the
-      -- lock, then look again (a new statement sees what it committed meanwhile).
-      PERFORM {LOCK.format(name="NEW.node_name")};
-    END LOOP;
-  END IF;
-  RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION qm_nodes_allocation() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM {LOCK.format(name="NEW.name")};
-  INSERT INTO nodes_allocated (node_uid, cpu_milli, memory_bytes, gpu, pods)
-  SELECT NEW.uid, coalesce(sum(p.req_cpu_milli), 0), coalesce(sum(p.req_memory_bytes), 0),
-         coalesce(sum(p.req_gpu), 0), count(*)
-    FROM pods AS p
-   WHERE {_holds("p")} AND p.node_name = NEW.name
-  ON CONFLICT (node_uid) DO NOTHING;
-  RETURN NULL;
-END
-$$;
-"""
-
-PREVIOUS = f"""
+       WHERE n.namespace = '' AND n.name = NEW.node_name AND a.node_uid = n.uid;"""
+    if meet_on_lock:
+        add = _ADD_WITH_RETRY.format(add=add, lock=LOCK.format(name="NEW.node_name"))
+    node_lock = f"PERFORM {LOCK.format(name='NEW.name')}" if meet_on_lock else ""
+    return f"""
 CREATE OR REPLACE FUNCTION qm_pods_allocation() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   old_holds boolean := TG_OP <> 'INSERT' AND {_holds("OLD")};
@@ -118,13 +83,7 @@ BEGIN
      WHERE n.namespace = '' AND n.name = OLD.node_name AND a.node_uid = n.uid;
   END IF;
   IF new_holds THEN
-    UPDATE nodes_allocated AS a
-       SET cpu_milli = a.cpu_milli + NEW.req_cpu_milli,
-           memory_bytes = a.memory_bytes + NEW.req_memory_bytes,
-           gpu = a.gpu + NEW.req_gpu,
-           pods = a.pods + 1
-      FROM nodes AS n
-     WHERE n.namespace = '' AND n.name = NEW.node_name AND a.node_uid = n.uid;
+    {add}
   END IF;
   RETURN NULL;
 END
@@ -132,6 +91,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION qm_nodes_allocation() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  {node_lock}
   INSERT INTO nodes_allocated (node_uid, cpu_milli, memory_bytes, gpu, pods)
   SELECT NEW.uid, coalesce(sum(p.req_cpu_milli), 0), coalesce(sum(p.req_memory_bytes), 0),
          coalesce(sum(p.req_gpu), 0), count(*)
@@ -145,9 +105,9 @@ $$;
 
 
 def upgrade() -> None:
-    op.execute(FUNCTIONS)
+    op.execute(functions(meet_on_lock=True))
     op.execute("SELECT qm_recount_allocations()")  # rows the race left wrong before this
 
 
 def downgrade() -> None:
-    op.execute(PREVIOUS)
+    op.execute(functions(meet_on_lock=False))
