@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from agent import logs
 from agent.runtime.base import (
     Clock,
     ContainerSpec,
@@ -103,7 +104,7 @@ class ProcessRuntime:
         return self.root_dir / pod_uid
 
     def log_path(self, pod_uid: str, name: str) -> Path:
-        return self.pod_dir(pod_uid) / f"{name}.log"
+        return logs.log_path(self.pod_dir(pod_uid), name)
 
     async def start(self, spec: ContainerSpec) -> Running:
         previous = self._procs.get(spec.key)
@@ -116,6 +117,7 @@ class ProcessRuntime:
         try:
             pod_dir.mkdir(parents=True, exist_ok=True)
             self._lay_out(pod_dir, spec.files)
+            logs.begin_run(pod_dir, spec.name)  # the last run's log becomes `previous`
         except OSError as exc:
             raise StartError(f"cannot prepare pod directory {pod_dir}: {exc}") from exc
         self._check_executable(spec.command[0], env["PATH"], pod_dir)
