@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -67,8 +68,12 @@ class AssignmentMap:
         return (pod.get("spec") or {}).get("nodeName") == self.node
 
 
-def backoff(failures: int, base: float = 0.5, cap: float = 30.0) -> float:
-    """Seconds to wait after ``failures`` consecutive failures: 0.5, 1, 2, ... up to 30."""
+def backoff(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
+    """Seconds to wait after ``failures`` consecutive failures: 0.5, 1, 2, ... up to 10.
+
+    The cap matches the lease's renewal period: after an outage the relist that stops pods
+    reassigned meanwhile comes at most one period after the API answers again, and sooner when
+    the lease keeper gets through first and pokes the source (:meth:`AssignmentSource.poke`)."""
     return 0.0 if failures <= 0 else min(cap, base * 2.0 ** (failures - 1))
 
 
@@ -181,7 +186,9 @@ class AssignmentSource:
     failures: int = 0
     last_sync: float | None = None  # monotonic time of the last list or event
     changed: threading.Event = field(default_factory=threading.Event)
+    jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _poked: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.map = AssignmentMap(self.node)
@@ -209,7 +216,9 @@ class AssignmentSource:
         except (Unreachable, StatusError) as exc:
             self.failures += 1
             self.needs_list = True  # on return, a full list drops pods reassigned meanwhile
-            delay = backoff(self.failures)
+            delay = (
+                backoff(self.failures) * self.jitter()
+            )  # agents back after one outage spread out
             log.warning("assignments of %s: %s; retrying in %.1f s", self.node, exc, delay)
             return delay
         self.failures = 0
@@ -241,8 +250,14 @@ class AssignmentSource:
                 if stop is not None and stop.is_set():
                     return
 
+    def poke(self) -> None:
+        """Cut a backoff wait short: the API answered someone else (the lease keeper), or the
+        agent is stopping."""
+        self._poked.set()
+
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             delay = self.step(stop)
-            if delay:
-                stop.wait(delay)
+            if delay and not stop.is_set():
+                self._poked.wait(delay)
+            self._poked.clear()

@@ -83,6 +83,7 @@ class LeaseKeeper:
     epoch: int = 0
     epoch_changes: int = 0  # how often the epoch read differed from the one before
     failures: int = 0  # consecutive
+    on_recover: Callable[[], None] | None = None  # called when a renewal succeeds after failures
     _lease: Obj | None = field(default=None, repr=False)
 
     def since_success(self) -> float | None:
@@ -113,8 +114,10 @@ class LeaseKeeper:
                 "lease renewal of %s failed (%d in a row): %s", self.node, self.failures, exc
             )
             return False
-        self.failures = 0
+        recovered, self.failures = self.failures > 0, 0
         self.last_success = self.monotonic()
+        if recovered and self.on_recover is not None:
+            self.on_recover()
         return True
 
     def _write(self) -> None:

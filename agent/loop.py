@@ -99,6 +99,8 @@ class Agent:
         tick: float = 0.2,
     ) -> None:
         self.runtime, self.pod_api, self.source, self.lease = runtime, pod_api, source, lease
+        if lease.on_recover is None:  # the API is back: relist now rather than after a backoff
+            lease.on_recover = source.poke
         self.allocatable, self.node_status = allocatable, node_status
         self.backoff = CrashLoopBackoff() if backoff is None else backoff  # it has a len()
         self.clocks = clocks or Clocks()
@@ -224,6 +226,7 @@ class Agent:
                     await asyncio.wait_for(stop.wait(), self.tick)
         finally:
             halt.set()
+            self.source.poke()
             if stop_pods:
                 await self.shutdown()
             for thread in threads:

@@ -8,7 +8,11 @@ their processes and the crashing container is restarted in place. Meanwhile one 
 is deleted straight from the database, which the agent cannot see while the API is away: it
 must keep that process too. Once the API server is back on the same port and database, the
 agent relists its assignments and stops the pod that is no longer assigned to it, while the
-others carry on.
+others carry on. A fourth pod is at-most-one: its agent, cut off from its lease, kills it 30 s
+after the last successful renewal (20 to 30 s into the outage, the lease being renewed every
+10 s) and does not start it again.
+
+The outage lasts a minute, as a control-plane upgrade or failover might.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ Obj = dict[str, Any]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 CRASH = [sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(1)"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OUTAGE_SECONDS = 15.0
-RELIST_BOUND = 40.0  # the assignment source backs off up to 16 s after a 15 s outage
+OUTAGE_SECONDS = 60.0
+RELIST_BOUND = 15.0  # the source's backoff is capped at 10 s (x1.2 jitter), the lease pokes it
 
 
 @dataclass
@@ -94,11 +98,12 @@ class Node:
     name: str
     namespace: str
 
-    def create(self, name: str, command: list[str]) -> str:
+    def create(self, name: str, command: list[str], *, at_most_one: bool = False) -> str:
         body = {
             "metadata": {"name": name},
             "spec": {
                 "nodeName": self.name,
+                "atMostOne": at_most_one,
                 "restartPolicy": "Always",
                 "terminationGracePeriodSeconds": 2,
                 "containers": [{"name": "c", "image": "local", "command": command}],
@@ -183,14 +188,17 @@ async def test_pods_outlive_the_control_plane_and_unassigned_ones_stop_on_reconn
     keeper = node.create("keeper", SLEEP)
     moved = node.create("moved", SLEEP)
     crasher = node.create("crasher", CRASH)
+    single = node.create("single", SLEEP, at_most_one=True)
 
-    await wait_for(lambda: all(pid_of(agent, u) for u in (keeper, moved)), 15, "sleepers started")
+    await wait_for(
+        lambda: all(pid_of(agent, u) for u in (keeper, moved, single)), 15, "sleepers started"
+    )
     await wait_for(lambda: restarts_seen(agent, crasher) >= 1, 15, "crasher restarted")
     await wait_for(
         lambda: node.get("keeper")["status"].get("phase") == "Running", 15, "status written"
     )
-    keeper_pid, moved_pid = pid_of(agent, keeper), pid_of(agent, moved)
-    assert keeper_pid is not None and moved_pid is not None
+    keeper_pid, moved_pid, single_pid = (pid_of(agent, u) for u in (keeper, moved, single))
+    assert keeper_pid is not None and moved_pid is not None and single_pid is not None
 
     # -- the control plane goes away ----------------------------------------------------------
     await asyncio.to_thread(server.stop)
@@ -198,13 +206,20 @@ async def test_pods_outlive_the_control_plane_and_unassigned_ones_stop_on_reconn
     outage_start = time.monotonic()
     restarts_before = restarts_seen(agent, crasher)
     crasher_pids: set[int] = set()
+    single_died: float | None = None
     await asyncio.to_thread(delete_row, own_api.db_url, moved)  # unseen while the API is away
-    while time.monotonic() - outage_start < OUTAGE_SECONDS:
+    while (elapsed := time.monotonic() - outage_start) < OUTAGE_SECONDS:
         assert alive(keeper_pid) and pid_of(agent, keeper) == keeper_pid
         assert alive(moved_pid) and pid_of(agent, moved) == moved_pid
         if (pid := pid_of(agent, crasher)) is not None:
             crasher_pids.add(pid)
+        if single_died is None and not alive(single_pid):
+            single_died = elapsed
+        if single_died is not None:
+            assert pid_of(agent, single) is None, "an at-most-one pod was started again"
         await asyncio.sleep(0.2)
+    assert single_died is not None, "the at-most-one pod outlived its lease"
+    assert 19.5 <= single_died <= 32.0, f"at-most-one pod killed {single_died:.1f} s in"
     restarts_during = restarts_seen(agent, crasher) - restarts_before
     assert restarts_during >= 1, "the crashing container was not restarted during the outage"
     assert len(crasher_pids) >= 2, f"one crasher process only: {crasher_pids}"
@@ -227,5 +242,6 @@ async def test_pods_outlive_the_control_plane_and_unassigned_ones_stop_on_reconn
     await wait_for(written, 15, "restart count written after reconnect")
     print(
         f"outage {back - outage_start:.1f} s, crasher restarted {restarts_during}x during it;"
+        f" at-most-one pod killed {single_died:.1f} s in;"
         f" unassigned pod stopped {took:.1f} s after the API was back"
     )

@@ -4,6 +4,7 @@ on 410 and its behaviour while the API is away (with a scripted client), and the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,7 +102,7 @@ class ScriptedApi:
 
 
 def source(api: ScriptedApi) -> AssignmentSource:
-    return AssignmentSource(api, "n1", monotonic=lambda: 0.0)  # type: ignore[arg-type]
+    return AssignmentSource(api, "n1", monotonic=lambda: 0.0, jitter=lambda: 1.0)  # type: ignore[arg-type]
 
 
 def test_source_lists_watches_and_relists_on_gone() -> None:
@@ -159,8 +160,44 @@ def test_run_stops_on_the_event() -> None:
     assert s.map.revision == "3" and api.watches == []
 
 
-def test_backoff_is_capped() -> None:
-    assert backoff(0) == 0.0 and backoff(10) == 30.0 and backoff(100) == 30.0
+def test_backoff_is_capped_at_the_lease_period() -> None:
+    assert backoff(0) == 0.0 and backoff(10) == 10.0 and backoff(100) == 10.0
+
+
+def test_a_backoff_wait_is_jittered() -> None:
+    api = ScriptedApi()
+    api.lists = [Unreachable("refused"), Unreachable("refused")]
+    s = AssignmentSource(api, "n1", jitter=lambda: 1.2)  # type: ignore[arg-type]
+    assert s.step() == 0.5 * 1.2 and s.step() == 1.0 * 1.2
+
+
+def test_a_poke_cuts_the_backoff_short() -> None:
+    api = ScriptedApi()
+    api.lists = [Unreachable("refused")] * 4 + [([pod("a")], "7")]
+    stop = threading.Event()
+    s = AssignmentSource(api, "n1", jitter=lambda: 100.0)  # type: ignore[arg-type]
+    for _ in range(4):
+        s.step()  # four failures: the next wait would be 400 s
+
+    def quiet_until_stopped() -> Iterator[Any]:
+        stop.wait(5)
+        yield from ()
+
+    api.watches = [quiet_until_stopped()]
+    thread = threading.Thread(target=s.run, args=(stop,), daemon=True)
+    api.lists.insert(0, Unreachable("refused"))
+    thread.start()
+    time.sleep(0.2)
+    assert not s.listed  # waiting out the backoff
+    started = time.monotonic()
+    s.poke()
+    while not s.listed and time.monotonic() - started < 5:
+        time.sleep(0.01)
+    stop.set()
+    s.poke()
+    thread.join(5)
+    assert s.listed and set(s.snapshot()) == {"a"} and time.monotonic() - started < 5
+    assert not thread.is_alive()
 
 
 # -- fit ---------------------------------------------------------------------------------------
