@@ -15,6 +15,11 @@ need neither the process's arguments nor its environment.
 | runtime | ``--runtime`` | ``QM_AGENT_RUNTIME`` | ``process`` |
 | state dir | ``--state-dir`` | ``QM_AGENT_STATE_DIR`` | ``.qm/agent/<node>`` |
 | node IP | ``--node-ip`` | ``QM_AGENT_NODE_IP`` | ``127.0.0.1`` |
+| agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
+| agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
+| agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
+| log rotation size | ``--log-max-bytes`` | ``QM_AGENT_LOG_MAX_BYTES`` | 10 MiB |
+| rotated logs kept | ``--log-keep`` | ``QM_AGENT_LOG_KEEP`` | ``3`` |
 
 The system reserve is read by :meth:`agent.machine.Reserve.from_env` (``QM_AGENT_RESERVE_*``).
 
@@ -59,6 +64,11 @@ class AgentConfig:
     state_dir: Path = Path(".qm/agent")
     node_ip: str = "127.0.0.1"
     reserve: Reserve = field(default_factory=Reserve)
+    address: str = "127.0.0.1"
+    port: int = 10250
+    server_token: str | None = None
+    log_max_bytes: int = 10 * 2**20
+    log_keep: int = 3
 
     @property
     def pods_dir(self) -> Path:
@@ -78,6 +88,11 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--runtime", default=env.get("QM_AGENT_RUNTIME") or "process")
     p.add_argument("--state-dir", default=env.get("QM_AGENT_STATE_DIR") or "")
     p.add_argument("--node-ip", default=env.get("QM_AGENT_NODE_IP") or "127.0.0.1")
+    p.add_argument("--address", default=env.get("QM_AGENT_ADDRESS") or "127.0.0.1")
+    p.add_argument("--port", default=env.get("QM_AGENT_PORT") or "10250")
+    p.add_argument("--server-token", default=env.get("QM_AGENT_SERVER_TOKEN") or None)
+    p.add_argument("--log-max-bytes", default=env.get("QM_AGENT_LOG_MAX_BYTES") or "10485760")
+    p.add_argument("--log-keep", default=env.get("QM_AGENT_LOG_KEEP") or "3")
     return p
 
 
@@ -105,7 +120,22 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         state_dir=Path(args.state_dir) if args.state_dir else Path(".qm/agent") / node,
         node_ip=args.node_ip,
         reserve=reserve,
+        address=args.address,
+        port=_int_setting("port", args.port, 0, 65535),
+        server_token=args.server_token,
+        log_max_bytes=_int_setting("log max bytes", args.log_max_bytes, 0, 2**40),
+        log_keep=_int_setting("log keep", args.log_keep, 0, 100),
     )
+
+
+def _int_setting(what: str, value: str, low: int, high: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{what} {value!r} is not an integer") from None
+    if not low <= n <= high:
+        raise ConfigError(f"{what} {n} is not between {low} and {high}")
+    return n
 
 
 # -- the pod spec, resolved for the runtime ----------------------------------------------------

@@ -20,7 +20,9 @@ through; the decisions themselves (:func:`rotation_due`, :func:`last_lines`) are
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from agent.runtime.base import Runtime, Terminated
 
+log = logging.getLogger(__name__)
 DEFAULT_MAX_BYTES = 10 * 2**20
 DEFAULT_KEEP = 3
 ROTATE_EVERY = 5.0
@@ -189,7 +192,9 @@ class LogLookupError(Exception):
 
 
 def _containers(pod: Obj) -> list[str]:
-    return [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
+    spec = pod.get("spec") or {}
+    both = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return [str(c.get("name")) for c in both]
 
 
 class ContainerLogs:
@@ -203,8 +208,10 @@ class ContainerLogs:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         keep: int = DEFAULT_KEEP,
+        rotate_every: float = ROTATE_EVERY,
     ) -> None:
         self.runtime, self.pods, self.max_bytes, self.keep = runtime, pods, max_bytes, keep
+        self.rotate_every = rotate_every
 
     def _pod_dir(self, uid: str) -> Path:
         if not isinstance(self.runtime, HasPodDir):
@@ -239,13 +246,30 @@ class ContainerLogs:
         state = self.runtime.state(target.uid, target.container)
         return state is not None and not isinstance(state, Terminated)
 
-    def rotate_all(self) -> int:
-        """Rotate every current log over the size limit; how many were rotated."""
+    def current_logs(self) -> list[Path]:
+        """The current log of every container the runtime holds (read in the loop's thread)."""
         if not isinstance(self.runtime, HasPodDir):
-            return 0
+            return []
+        return [log_path(self.runtime.pod_dir(u), n) for u, n in self.runtime.containers()]
+
+    def rotate(self, paths: Iterable[Path]) -> int:
+        """Rotate each of ``paths`` over the size limit; how many were rotated."""
         count = 0
-        for uid, name in self.runtime.containers():
-            path = log_path(self.runtime.pod_dir(uid), name)
+        for path in paths:
             with contextlib.suppress(OSError):
                 count += rotate_if_due(path, self.max_bytes, self.keep)
         return count
+
+    def rotate_all(self) -> int:
+        return self.rotate(self.current_logs())
+
+
+async def keep_rotated(logs: ContainerLogs) -> None:
+    """Rotate ``logs`` every ``logs.rotate_every`` seconds until cancelled; the paths are
+    taken in the event loop (the runtime is not thread-safe), the copies run in a thread."""
+    while True:
+        try:
+            await asyncio.to_thread(logs.rotate, logs.current_logs())
+        except Exception:
+            log.exception("log rotation failed")
+        await asyncio.sleep(logs.rotate_every)

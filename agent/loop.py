@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agent import config as agent_config
@@ -32,6 +33,7 @@ from agent.api import POD, AgentApi, Unreachable, path
 from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
 from agent.backoff import CrashLoopBackoff
 from agent.lease import LeaseKeeper
+from agent.logs import ContainerLogs
 from agent.machine import Resources, detect
 from agent.node import NodeConfig, NodeStatusWriter
 from agent.pods import Clocks, PodApi, PodWorker, Prober
@@ -41,6 +43,7 @@ from agent.runtime.cgroups import CgroupsUnavailable
 from agent.runtime.cgroups import detect as detect_cgroups
 from agent.runtime.process import ProcessRuntime, container_env
 from agent.runtime.sim import SimRuntime
+from agent.server import AgentServer
 from app.core.errors import StatusError
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,7 @@ class Agent:
         self.done: set[str] = set()  # stopped for good here; never started again
         self.refused: set[str] = set()
         self._epoch_changes = 0
+        self.server: AgentServer | None = None  # logs, metrics (ADR 0019); set by build()
 
     # -- desired vs running -----------------------------------------------------------------------
 
@@ -209,6 +213,10 @@ class Agent:
     async def run(self, stop: asyncio.Event, *, stop_pods: bool = True) -> None:
         """Register, start the lease and assignment threads, reconcile until ``stop``; then
         stop the threads and (``stop_pods``) every pod this agent runs."""
+        if self.server is not None:  # first, so the node's first status carries its port
+            port = await self.server.start()
+            if self.node_status is not None:
+                self.node_status.cfg = replace(self.node_status.cfg, agent_port=port)
         await self.register(stop)
         halt = threading.Event()
         threads = [
@@ -231,6 +239,8 @@ class Agent:
                 await self.shutdown()
             for thread in threads:
                 await asyncio.to_thread(thread.join, 15.0)
+            if self.server is not None:
+                await self.server.stop()
 
     async def shutdown(self) -> None:
         """Cancel every worker and kill and clean up every pod the runtime still holds."""
@@ -245,7 +255,9 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     """The agent ``cfg`` describes, with its own clients for each thread."""
     api = AgentApi(cfg.server, cfg.token)
     machine = detect()
-    node_cfg = NodeConfig(cfg.node_name, cfg.zone, cfg.machine_class, reserve=cfg.reserve)
+    node_cfg = NodeConfig(
+        cfg.node_name, cfg.zone, cfg.machine_class, reserve=cfg.reserve, address=cfg.node_ip
+    )
     runtime: Runtime
     if cfg.runtime == "sim":
         runtime = SimRuntime()
@@ -256,7 +268,7 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
             log.warning("no cgroups, pods run without limits: %s", exc)
             cgroups = None
         runtime = ProcessRuntime(cfg.pods_dir.resolve(), cgroups)
-    return Agent(
+    agent = Agent(
         runtime,
         RestPodApi(api),
         AssignmentSource(api.clone(), cfg.node_name),
@@ -265,6 +277,14 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         node_status=NodeStatusWriter(api, node_cfg, machine),
         host_ip=cfg.node_ip,
     )
+    logs = ContainerLogs(
+        runtime,
+        lambda: [w.pod for w in agent.workers.values()],
+        max_bytes=cfg.log_max_bytes,
+        keep=cfg.log_keep,
+    )
+    agent.server = AgentServer(logs, address=cfg.address, port=cfg.port, token=cfg.server_token)
+    return agent
 
 
 def main(argv: Sequence[str] | None = None) -> int:

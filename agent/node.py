@@ -43,6 +43,21 @@ class NodeConfig:
     machine_class: str = ""
     extra_labels: dict[str, str] = field(default_factory=dict)
     reserve: Reserve = field(default_factory=Reserve)
+    address: str = ""  # the node's InternalIP, where the API server reaches its agent
+    agent_port: int = 0  # the agent server's port (ADR 0019); 0 until it listens
+
+
+def endpoint_status(cfg: NodeConfig, hostname: str) -> Obj:
+    """``addresses`` and ``daemonEndpoints``: where the API server finds this node's agent."""
+    if not cfg.agent_port:
+        return {}
+    addresses = [{"type": "Hostname", "address": hostname}]
+    if cfg.address:
+        addresses.insert(0, {"type": "InternalIP", "address": cfg.address})
+    return {
+        "addresses": addresses,
+        "daemonEndpoints": {"agentEndpoint": {"Port": cfg.agent_port}},
+    }
 
 
 def labels_for(cfg: NodeConfig, hostname: str) -> dict[str, str]:
@@ -68,7 +83,9 @@ def _ready(previous: Obj | None, now: float) -> Obj:
     }
 
 
-def desired_status(current: Obj, machine: Machine, reserve: Reserve, now: float) -> Obj:
+def desired_status(
+    current: Obj, machine: Machine, reserve: Reserve, now: float, endpoint: Obj | None = None
+) -> Obj:
     """The status to write over ``current``: capacity, allocatable, nodeInfo and Ready=True
     (with a fresh heartbeat); other conditions (pressure, written by other parts) are kept."""
     conditions = [c for c in current.get("conditions") or [] if isinstance(c, dict)]
@@ -80,6 +97,7 @@ def desired_status(current: Obj, machine: Machine, reserve: Reserve, now: float)
         "allocatable": machine.allocatable(reserve).to_quantities(),
         "nodeInfo": machine.node_info,
         "conditions": [*others, _ready(previous, now)],
+        **(endpoint or {}),
     }
 
 
@@ -164,13 +182,14 @@ class NodeStatusWriter:
         (``Ready=Unknown``, taints) is the base, and Ready goes back to True on top of it."""
         now = self.monotonic()
         known = (self._node or {}).get("status") or {}
-        desired = desired_status(known, self.machine, self.cfg.reserve, 0.0)
+        endpoint = endpoint_status(self.cfg, self.machine.hostname)
+        desired = desired_status(known, self.machine, self.cfg.reserve, 0.0, endpoint)
         if not write_due(status_changed(known, desired), force, self.last_write, now):
             return False
         for _ in range(CONFLICT_RETRIES):
             node = self.api.get(NODE, None, self.cfg.name)
             current = node.get("status") or {}
-            status = desired_status(current, self.machine, self.cfg.reserve, self.wall())
+            status = desired_status(current, self.machine, self.cfg.reserve, self.wall(), endpoint)
             try:
                 self._node = self.api.replace(NODE, None, {**node, "status": status}, sub="status")
             except Conflict:

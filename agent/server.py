@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from agent.logs import ContainerLogs, LogLookupError, LogTarget, rotated, tail
+from agent.logs import ContainerLogs, LogLookupError, LogTarget, keep_rotated, rotated, tail
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 10250
@@ -103,19 +103,27 @@ class AgentServer:
         self._metrics: list[Callable[[], str]] = []
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
+        self._rotation: asyncio.Task[None] | None = None
 
     def add_metrics(self, producer: Callable[[], str]) -> None:
         """Register a producer of Prometheus text lines served on ``/metrics``."""
         self._metrics.append(producer)
 
     async def start(self) -> int:
-        """Listen; the real port (``port`` 0 picks a free one) is returned and kept."""
+        """Listen; the real port (``port`` 0 picks a free one) is returned and kept. While
+        the server runs, the logs it serves are kept rotated."""
         self._server = await asyncio.start_server(self._accept, self.address, self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("agent server listening on %s:%d", self.address, self.port)
+        if self.logs is not None:
+            self._rotation = asyncio.create_task(keep_rotated(self.logs))
         return self.port
 
     async def stop(self) -> None:
+        if self._rotation is not None:
+            self._rotation.cancel()
+            await asyncio.gather(self._rotation, return_exceptions=True)
+            self._rotation = None
         if self._server is not None:
             self._server.close()
             for task in list(self._clients):
