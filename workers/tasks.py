@@ -55,10 +55,11 @@ def reconcile(self: Task, kind: str, namespace: str, name: str) -> None:
 
 
 @app.task(name="workers.tasks.resync")
-def resync() -> int:
-    """Enqueue every key every controller owns: the level-triggered safety net."""
+def resync(*kinds: str) -> int:
+    """Enqueue every key every controller owns (or only those of ``kinds``): the
+    level-triggered safety net, and the reclaim controller's 10 s tick over the nodes."""
     rt = runtime()
     count = 0
-    for kind, namespace, name in rt.run(list_keys(rt)):
+    for kind, namespace, name in rt.run(list_keys(rt, kinds)):
         count += enqueue(kind, namespace, name)
     return count

@@ -6,7 +6,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from workers.controllers import cronjob as cronjob_controller
-from workers.controllers import deployment, disruption, quota, replicaset
+from workers.controllers import deployment, disruption, quota, reclaim, replicaset
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
@@ -19,6 +19,7 @@ CONTROLLERS: dict[str, Controller] = {
     "Job": job_controller.reconcile_key,
     "CronJob": cronjob_controller.reconcile_key,
     "ResourceQuota": quota.reconcile_key,
+    "Node": reclaim.reconcile_key,  # batch-allocatable from usage (ADR 0021)
 }
 
 _TABLES = {
@@ -28,14 +29,17 @@ _TABLES = {
     "Job": "jobs",
     "CronJob": "cronjobs",
     "ResourceQuota": "resourcequotas",
+    "Node": "nodes",
 }
 
 
-async def list_keys(rt: Runtime) -> list[tuple[str, str, str]]:
-    """Every key some controller owns (for the periodic resync)."""
+async def list_keys(rt: Runtime, kinds: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """Every key some controller owns (for the periodic resync, or only those of ``kinds``)."""
     pool = await rt.pool()
     keys: list[tuple[str, str, str]] = []
     for kind, table in _TABLES.items():
+        if kinds and kind not in kinds:
+            continue
         for r in await pool.fetch(f"SELECT namespace, name FROM {table}"):
             keys.append((kind, r["namespace"], r["name"]))
     return keys

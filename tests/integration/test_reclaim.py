@@ -1,0 +1,162 @@
+"""Reclaimed capacity for batch, end to end: real PostgreSQL and revisioner, real Redis holding
+the usage samples, a real Celery worker and beat running the reclaim controller, and the real
+scheduler placing batch pods on the room production lends.
+
+The story: a node with 4 CPU, a production pod requesting 3 CPU and using 0.5 CPU. The node
+lends 4 + 3 - 0.5 - 0.4 = 6.1 CPU to batch and the scheduler fills it with batch pods beyond
+allocatable. Production's usage then rises to 3 CPU: the figure drops to 3.6 CPU at once and
+batch pods are evicted, lowest priority first, until the requests fit; production is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from plane import Plane, start_worker
+
+from app.devstack.supervise import free_port
+from app.store.usage import NodeSample, PodUsage, UsageStore
+
+NS = "reclaim"
+NODE = "n1"
+WEB_UID = str(uuid.uuid4())
+
+
+def add_node(p: Plane, status_extra: dict[str, Any] | None = None) -> None:
+    status = {
+        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+        **(status_extra or {}),
+    }
+    labels = {"kubernetes.io/hostname": NODE, "topology.kubernetes.io/zone": "z1"}
+    p.db.execute(
+        "INSERT INTO nodes (uid, name, labels, status) VALUES (%s, %s, %s, %s)",
+        (uuid.uuid4(), NODE, json.dumps(labels), json.dumps(status)),
+    )
+
+
+def add_pod(p: Plane, name: str, priority: int, cpu: str, node: str | None, uid: str = "") -> None:
+    requests = {"cpu": cpu, "memory": "256Mi"}
+    spec: dict[str, Any] = {
+        "priority": priority,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": requests}}],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    p.db.execute(
+        "INSERT INTO pods (uid, namespace, name, spec) VALUES (%s, %s, %s, %s)",
+        (uid or uuid.uuid4(), NS, name, json.dumps(spec)),
+    )
+
+
+def record(p: Plane, web_cpu: int, count: int = 1) -> None:
+    """``count`` samples of the node, the newest now, with production's pod at ``web_cpu``."""
+
+    async def go() -> None:
+        client = aioredis.Redis.from_url(p.env["QM_BROKER_URL"])
+        store = UsageStore(client)
+        now = time.time()
+        for i in reversed(range(count)):
+            web = PodUsage(NS, "web", WEB_UID, 2000, web_cpu, 512 << 20)
+            batch = PodUsage(NS, "b-top", "x", 200, 400, 128 << 20)
+            sample = NodeSample(NODE, now - 10 * i, web_cpu + 400, 640 << 20, (web, batch))
+            await store.record(sample)
+        await client.aclose()
+
+    asyncio.run(go())
+
+
+def batch_allocatable(p: Plane) -> dict[str, Any] | None:
+    row = p.db.execute("SELECT status->'batchAllocatable' FROM nodes WHERE name = %s", (NODE,))
+    found = row.fetchone()
+    return found[0] if found else None
+
+
+def live(p: Plane) -> set[str]:
+    rows = p.db.execute(
+        "SELECT name FROM pods WHERE node_name = %s AND deletion_timestamp IS NULL", (NODE,)
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def start_controller(p: Plane, tmp_path: Path) -> None:
+    p.env["QM_RECLAIM_SECONDS"] = "1"
+    start_worker(p)
+    p.start(
+        "-m", "celery", "-A", "workers.app", "beat", "--loglevel=WARNING",
+        "--schedule", str(tmp_path / "beat-schedule"),
+    )  # fmt: skip
+
+
+def test_production_usage_rising_takes_back_what_batch_borrowed(
+    plane: Plane, tmp_path: Path
+) -> None:
+    add_node(plane)
+    add_pod(plane, "web", 2000, "3", NODE, uid=WEB_UID)
+    record(plane, 500, count=6)
+    start_controller(plane, tmp_path)
+    plane.start("-m", "app.scheduler", "--metrics-port", str(free_port()))
+    plane.wait(
+        lambda: (batch_allocatable(plane) or {}).get("cpu") == "6100m",
+        what="batch-allocatable 6100m",
+    )
+    # 3 CPU of batch: with allocatable alone only 1 CPU would fit beside production's 3.
+    for name, prio, cpu in [("b-low", 10, "1"), ("b-mid", 50, "1"), ("b-high", 100, "500m"),
+                            ("b-top", 200, "500m")]:  # fmt: skip
+        add_pod(plane, name, prio, cpu, None)
+    everyone = {"web", "b-low", "b-mid", "b-high", "b-top"}
+    plane.wait(lambda: live(plane) == everyone, what="every batch pod bound to the node")
+
+    record(plane, 3000)  # production's usage rises: the latest sample counts at once
+    plane.wait(
+        lambda: (batch_allocatable(plane) or {}).get("cpu") == "3600m",
+        what="batch-allocatable 3600m",
+    )
+    # 6 CPU requested, 3.6 allowed: b-low, b-mid and b-high go (3 CPU left), b-top stays.
+    plane.wait(lambda: live(plane) == {"web", "b-top"}, what="the batch evictions")
+    time.sleep(3.0)  # further reconciles take nothing more
+    assert live(plane) == {"web", "b-top"}
+    web = plane.db.execute("SELECT deletion_timestamp, status FROM pods WHERE name = 'web'")
+    deleted_at, web_status = web.fetchone()  # type: ignore[misc]
+    assert deleted_at is None and "DisruptionTarget" not in json.dumps(web_status)
+
+    evicted = plane.db.execute(
+        "SELECT name, status->'conditions', deletion_grace_period_seconds FROM pods"
+        " WHERE deletion_timestamp IS NOT NULL ORDER BY name"
+    ).fetchall()
+    assert [r[0] for r in evicted] == ["b-high", "b-low", "b-mid"]
+    for _name, conditions, grace in evicted:
+        target = [c for c in conditions if c["type"] == "DisruptionTarget"]
+        assert target and target[0]["reason"] == "EvictionByReclaim", conditions
+        assert grace == 5  # the pod's own grace period
+    reasons = plane.db.execute(
+        "SELECT spec->'involvedObject'->>'name', spec->>'type' FROM events"
+        " WHERE spec->>'reason' IN ('Evicted', 'Reclaimed') ORDER BY 1"
+    ).fetchall()
+    assert reasons == [("b-high", "Warning"), ("b-low", "Warning"), ("b-mid", "Warning"),
+                       (NODE, "Warning")]  # fmt: skip
+    # Production's requests are honoured: what still holds room fits under the new figure.
+    held = plane.db.execute(
+        "SELECT sum(req_cpu_milli) FROM pods WHERE node_name = %s AND deletion_timestamp IS NULL",
+        (NODE,),
+    ).fetchone()
+    assert held is not None and held[0] <= 3600
+
+
+def test_without_recent_samples_the_node_lends_nothing(plane: Plane, tmp_path: Path) -> None:
+    add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}})
+    add_pod(plane, "web", 2000, "3", NODE)
+    add_pod(plane, "b-1", 1, "500m", NODE)
+    add_pod(plane, "b-2", 2, "1", NODE)
+    start_controller(plane, tmp_path)
+    plane.wait(lambda: batch_allocatable(plane) is None, what="batch-allocatable removed")
+    # Allocatable alone: 4.5 CPU held, 4 allowed; the lower-priority pod goes.
+    plane.wait(lambda: live(plane) == {"web", "b-2"}, what="b-1 evicted")

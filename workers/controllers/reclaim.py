@@ -1,0 +1,149 @@
+"""The reclaim controller's shell: read a node, the pods holding room on it and an hour of its
+usage samples, plan (``app.core.controllers.reclaim``), apply.
+
+Keys are ``("Node", "", name)``. Beat enqueues every node every ``QM_RECLAIM_SECONDS`` (10 s,
+the agents' sample interval), and the dispatcher enqueues a node whenever its object changes.
+Samples come from the usage store in Redis (``app.store.usage``) at ``QM_USAGE_REDIS_URL``
+(default: the broker's URL).
+
+Applying, in this order so the scheduler stops using room before it is taken back:
+
+1. ``status.batchAllocatable`` (only that field differs from the status read), conditional on
+   the node's row version; a lost race re-reads at once instead of evicting from stale facts;
+2. evictions, as preemption and the node lifecycle do them: ``DisruptionTarget=True`` (reason
+   ``EvictionByReclaim``) in one statement, then each pod deleted with its own grace period,
+   guarded by its uid;
+3. Events: ``Evicted`` (Warning) on each pod, ``Reclaimed`` (Warning) on the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from datetime import UTC, datetime
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from app.core.controllers import reclaim as core
+from app.core.controllers.plan import parse_time
+from app.core.errors import Conflict, NotFound
+from app.core.kinds import BY_KIND
+from app.core.priority import PRODUCTION_THRESHOLD
+from app.store.disruption import mark_disruption_targets
+from app.store.events import EventNote, ObjectRef, record_events
+from app.store.store import Store, Stored
+from app.store.usage import NodeSample, UsageStore
+from workers.controllers.apply import with_version
+from workers.runtime import Runtime, key_text
+
+log = logging.getLogger(__name__)
+NODE = BY_KIND["Node"]
+POD = BY_KIND["Pod"]
+ACTOR = "system:quaymaster-reclaim"
+COMPONENT = "quaymaster-reclaim"
+REASON = "EvictionByReclaim"  # the DisruptionTarget condition's reason
+RACE_RETRY_SECONDS = 0.2
+# After evicting, look again soon: a batch pod bound against the old figure while this
+# reconcile ran is not in what it read.
+AFTER_EVICTION_SECONDS = 2.0
+
+_PODS = """
+SELECT namespace, name, uid::text AS uid, coalesce(priority, 0) AS priority,
+       req_cpu_milli, req_memory_bytes, deletion_timestamp IS NOT NULL AS deleting,
+       status->>'startTime' AS start_time, creation_timestamp
+  FROM pods
+ WHERE node_name = $1 AND coalesce(phase, '') NOT IN ('Succeeded', 'Failed')
+"""
+
+_usage: UsageStore | None = None
+
+
+def config_from_env() -> core.Config:
+    env = os.environ.get
+    return core.Config(
+        threshold=int(env("QM_PRODUCTION_THRESHOLD", str(PRODUCTION_THRESHOLD))),
+        window_seconds=float(env("QM_RECLAIM_WINDOW_SECONDS", "3600")),
+        stale_seconds=float(env("QM_RECLAIM_STALE_SECONDS", "120")),
+        margin=float(env("QM_RECLAIM_MARGIN", "0.10")),
+        hysteresis=float(env("QM_RECLAIM_HYSTERESIS", "0.02")),
+    )
+
+
+def usage_store() -> UsageStore:
+    """One client per worker process (created on the runtime's loop, which outlives tasks)."""
+    global _usage
+    if _usage is None:
+        url = os.environ.get("QM_USAGE_REDIS_URL") or os.environ.get(
+            "QM_BROKER_URL", "redis://127.0.0.1:6379/0"
+        )
+        _usage = UsageStore(aioredis.Redis.from_url(url))
+    return _usage
+
+
+def sample_of(s: NodeSample) -> core.Sample:
+    return core.Sample(
+        float(s.at), tuple(core.PodUse(p.priority, p.cpu_millis, p.memory_bytes) for p in s.pods)
+    )
+
+
+def room_of(r: asyncpg.Record) -> core.PodRoom:
+    started = parse_time(r["start_time"])
+    return core.PodRoom(
+        r["namespace"],
+        r["name"],
+        r["uid"],
+        int(r["priority"]),
+        core.Resources(int(r["req_cpu_milli"]), int(r["req_memory_bytes"])),
+        started if started is not None else r["creation_timestamp"].timestamp(),
+        bool(r["deleting"]),
+    )
+
+
+async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
+    del namespace  # nodes are cluster-scoped
+    cfg = config_from_env()
+    async with rt.locked(key_text("Node", "", name)):
+        store = await rt.store()
+        try:
+            node = await store.get(NODE, "", name)
+        except NotFound:
+            return None
+        pods = [room_of(r) for r in await store.pool.fetch(_PODS, name)]
+        history = await usage_store().history(name, now - cfg.window_seconds)
+        plan = core.reconcile(with_version(node), pods, [sample_of(s) for s in history], now, cfg)
+        return await apply(store, node, plan, now)
+
+
+async def apply(store: Store, node: Stored, plan: core.ReclaimPlan, now: float) -> float | None:
+    """Write the figure, then evict; the seconds until the node should be looked at again."""
+    if plan.status is not None:
+        image = dict(node.obj)
+        image["status"] = plan.status
+        try:
+            await store.update_status(NODE, image, node.row_version, actor=ACTOR)
+        except NotFound:
+            return None
+        except Conflict:
+            return RACE_RETRY_SECONDS
+        log.info("node %s: batch-allocatable %s", node.row["name"], plan.figure)
+    if not plan.evictions:
+        return None
+    wall = datetime.fromtimestamp(now, UTC)
+    await mark_disruption_targets(
+        store.pool, [(e.uid, e.message) for e in plan.evictions], REASON, wall
+    )
+    for e in plan.evictions:
+        with contextlib.suppress(NotFound, Conflict):
+            await store.delete(POD, e.namespace, e.name, expected_uid=e.uid, actor=ACTOR)
+    notes = [
+        EventNote(ObjectRef("Pod", e.uid, e.namespace, e.name), core.EVICTED, e.message,
+                  "Warning", COMPONENT)
+        for e in plan.evictions
+    ]  # fmt: skip
+    ref = ObjectRef.of(node.obj)
+    notes += [EventNote(ref, n.reason, n.message, n.type, COMPONENT) for n in plan.events]
+    await record_events(store.pool, notes, wall)
+    log.warning("node %s: evicted %d batch pod(s)", node.row["name"], len(plan.evictions))
+    return AFTER_EVICTION_SECONDS
