@@ -140,6 +140,8 @@ class PodWorker:
         self.policy = str(spec.get("restartPolicy") or "Always")
         self.at_most_one = spec.get("atMostOne") is True
         self.boxes = [self._box(c) for c in spec.get("containers") or []]
+        self.inits = [self._box(c, init=True) for c in spec.get("initContainers") or []]
+        self.initialized = not self.inits
         self.coalescer = status.Coalescer()
         self.accepted_at = self.clocks.wall()
         self.wake = asyncio.Event()
@@ -149,12 +151,17 @@ class PodWorker:
         self._stop: tuple[float, bool] | None = None  # (grace, confirm by deleting)
         self._stopped = False
         self._killed = ""
+        self._evicted = ""  # the eviction message, once evicted for node pressure
         self._retry_at: float | None = None
 
-    def _box(self, raw: Obj) -> _Box:
+    def _box(self, raw: Obj, *, init: bool = False) -> _Box:
         spec = container_spec(self.uid, raw)
         view = status.ContainerView(spec.name, status.Waiting(), image=str(raw.get("image") or ""))
-        return _Box(spec, raw, probes.parse_container(raw), view)
+        return _Box(spec, raw, {} if init else probes.parse_container(raw), view)
+
+    @property
+    def all_boxes(self) -> list[_Box]:
+        return [*self.inits, *self.boxes]
 
     # -- what the loop tells the worker ----------------------------------------------------------
 
@@ -170,6 +177,13 @@ class PodWorker:
         if self._stop is None or (confirm and not self._stop[1]):
             self._stop = (grace_seconds(self.pod) if grace is None else grace, confirm)
             self.wake.set()
+
+    def evict(self, message: str, grace: float = 0.0) -> None:
+        """Stop the pod for good (node pressure) and report it ``Failed``/``Evicted``; the pod
+        stays in the API for its controller to replace. A pod already stopping is left be."""
+        if self._stop is None:
+            self._evicted = message
+            self.request_stop(confirm=False, grace=grace)
 
     @property
     def stopping(self) -> bool:
@@ -187,6 +201,11 @@ class PodWorker:
             return self._retry_at
         if self.at_most_one and not self.lease_ok:
             await self._kill_for_lease()
+        if not self.initialized:
+            await self._initialize(now)
+            if not self.initialized:
+                await self._sync_status(now)
+                return self._next_wakeup()
         for box in self.boxes:
             self._observe(box, now)
         for box in self.boxes:
@@ -199,16 +218,35 @@ class PodWorker:
         await self._sync_status(now)
         return self._next_wakeup()
 
-    def _observe(self, box: _Box, now: float) -> None:
+    async def _initialize(self, now: float) -> None:
+        """Run the init containers one after another, each to a successful exit, before any
+        other container starts. A failed one is restarted on the crash-loop backoff, or, with
+        ``restartPolicy: Never``, fails the pod."""
+        policy = "Never" if self.policy == "Never" else "OnFailure"
+        for box in self.inits:
+            self._observe(box, now, policy)
+            if box.done:
+                ended = box.view.state
+                if isinstance(ended, status.Terminated) and ended.exit_code == 0:
+                    continue
+                return  # failed for good: the pod is Failed
+            if not box.running:
+                await self._maybe_start(box, now)
+            return
+        self.initialized = True
+
+    def _observe(self, box: _Box, now: float, policy: str | None = None) -> None:
         if box.running and isinstance(
             term := self.runtime.state(self.uid, box.spec.name), Terminated
         ):
-            self._exited(box, term, now)
+            self._exited(box, term, now, policy=policy)
 
-    def _exited(self, box: _Box, term: Terminated, now: float, message: str = "") -> None:
+    def _exited(
+        self, box: _Box, term: Terminated, now: float, message: str = "", policy: str | None = None
+    ) -> None:
         box.cancel_probes()
         ended = _view_of(term, message)
-        if self._killed or not restarts(self.policy, term.exit_code):
+        if self._killed or not restarts(policy or self.policy, term.exit_code):
             box.view = dataclasses.replace(box.view, state=ended, ready=False, started=False)
             box.done = True
             return
@@ -236,7 +274,7 @@ class PodWorker:
         except StartError as exc:
             delay = self.backoff.record_crash(box.spec.key, now)
             box.restart_due = now + delay
-            waiting = status.Waiting("CreateContainerError", str(exc))
+            waiting = status.Waiting(exc.reason, str(exc))
             box.view = dataclasses.replace(box.view, state=waiting)
             return False
         box.cp = probes.start(box.probe_specs, now)
@@ -303,21 +341,21 @@ class PodWorker:
 
     async def _kill_for_lease(self) -> None:
         """An at-most-one pod whose node lost its lease: SIGKILL now, never restart."""
-        if self._killed or not any(b.ran for b in self.boxes):
+        if self._killed or not any(b.ran for b in self.all_boxes):
             return
         self._killed = LEASE_LOST
         log.warning(
             "pod %s/%s: no lease renewal for too long; killing it", self.namespace, self.name
         )
-        await asyncio.gather(*(self._stop_box(b, 0.0) for b in self.boxes))
+        await asyncio.gather(*(self._stop_box(b, 0.0) for b in self.all_boxes))
 
     async def _terminate(self, now: float) -> None:
         assert self._stop is not None
         grace, confirm = self._stop
         if not self._stopped:
-            await asyncio.gather(*(self._stop_box(b, grace) for b in self.boxes))
+            await asyncio.gather(*(self._stop_box(b, grace) for b in self.all_boxes))
             await self.runtime.cleanup(self.uid)
-            for box in self.boxes:
+            for box in self.all_boxes:
                 self.backoff.forget(box.spec.key)
             self._stopped = True
         if confirm and (self._retry_at is None or now >= self._retry_at):
@@ -333,6 +371,10 @@ class PodWorker:
                 return
         elif confirm:
             return
+        elif self._evicted:
+            await self._sync_status(now)  # Failed/Evicted must reach the API before we forget
+            if self._retry_at is not None:
+                return
         self.finished = True
 
     # -- status ----------------------------------------------------------------------------------
@@ -341,7 +383,9 @@ class PodWorker:
         return status.PodView(
             tuple(b.view for b in self.boxes),
             start_time=self.accepted_at,
-            terminating=bool(self._killed),
+            initialized=self.initialized,
+            init_containers=tuple(b.view for b in self.inits),
+            terminating=bool(self._killed or self._evicted),
             host_ip=self.host_ip,
             pod_ip=self.host_ip,
         )
@@ -350,6 +394,8 @@ class PodWorker:
         built = status.build_status(self.pod, self.view(), self.clocks.wall())
         if self._killed:
             built.update(reason=self._killed, message="the node's lease was not renewed in time")
+        if self._evicted:
+            built = status.evicted(built, self._evicted, self.clocks.wall())
         return built
 
     async def _sync_status(self, now: float) -> None:
@@ -393,7 +439,7 @@ class PodWorker:
         return fresh
 
     def _next_wakeup(self) -> float | None:
-        times = [b.restart_due for b in self.boxes if b.restart_due is not None]
+        times = [b.restart_due for b in self.all_boxes if b.restart_due is not None]
         times += [t for b in self.boxes if b.cp and (t := probes.next_wakeup(b.cp)) is not None]
         times += [t for t in (self.coalescer.wake_at(), self._retry_at) if t is not None]
         return min(times, default=None)
@@ -415,5 +461,5 @@ class PodWorker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout)
         finally:
-            for box in self.boxes:
+            for box in self.all_boxes:
                 box.cancel_probes()

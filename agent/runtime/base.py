@@ -4,7 +4,7 @@ The loop (and the probes, the status writer and the eviction logic) only ever se
 `Runtime`: start a container from a `ContainerSpec`, stop it with a grace period, ask for its
 `ContainerState`, read its usage, and clean up a whole pod. The `process` runtime runs host
 processes in their own cgroups, the `sim` runtime runs nothing at all (hollow nodes, tests),
-and a later `runc` runtime will run OCI bundles behind the same calls.
+and the `runc` runtime runs OCI bundles behind the same calls.
 
 The interface is asyncio: `start`, `stop` and `cleanup` are coroutines because stopping waits
 out a grace period and must not block the loop; `state` and `usage` are plain calls that never
@@ -36,7 +36,9 @@ class StartError(Exception):
     """The container could not be started at all (bad spec, missing executable, no cgroup).
 
     Distinct from a container that starts and then fails: the loop reports this as a waiting
-    container with this message and retries it on the crash-loop backoff."""
+    container with `reason` and this message and retries it on the crash-loop backoff."""
+
+    reason: str = "CreateContainerError"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class ContainerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, bytes] = field(default_factory=dict)
     resources: Resources = Resources()
+    image: str = ""  # what the runc runtime runs in; the process and sim runtimes ignore it
 
     @property
     def key(self) -> tuple[str, str]:

@@ -1,0 +1,426 @@
+"""The `runc` runtime: each container run is an OCI bundle that Debian's `runc` runs.
+
+The image reference names a local root filesystem (`agent/runtime/oci.py` maps and checks
+it); each run gets a bundle `<state>/runc/<pod uid>/<id>/` whose `rootfs` is an overlay of
+that directory (the run's writes land in the bundle, never in the image) and whose
+`config.json` is `oci.oci_config`. Limits are applied by runc in
+`<parent>/pod<uid>/<id>` in every cgroup hierarchy; the pod directory (files, logs) is
+bind-mounted into the container; stdout and stderr go to the same log file as the process
+runtime's (`agent.logs.log_path`).
+
+runc does not tell a detached container's exit status to anyone, and a foreground `runc run`
+deletes the cgroup, and with it the OOM counter, before it returns. So every run has a shim:
+a small process (this module run as `python -m agent.runtime.runc`) that makes itself a child
+subreaper, runs `runc run --detach`, writes `started` when runc returns, inherits the
+container's init as its child, reaps it (the exact exit code or signal), reads the OOM counter
+of the still-existing cgroup, runs `runc delete`, and writes `result.json`. The agent only
+watches the shim (`Popen.poll`, which never blocks) and reads that file once the shim is gone.
+Stopping is `runc kill TERM`, the grace period, `runc kill KILL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import datetime as dt
+import errno
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.logs import begin_run, log_path
+from agent.runtime import oci
+from agent.runtime.base import (
+    Clock,
+    ContainerSpec,
+    ContainerState,
+    Running,
+    StartError,
+    Terminated,
+    Usage,
+    exit_reason,
+    from_returncode,
+    utc_now,
+)
+from agent.runtime.cgroups import Cgroups, parse_mountinfo
+from agent.runtime.process import pod_cgroup, safe_relative
+
+RUNC = shutil.which("runc") or "/usr/sbin/runc"
+UNKNOWN_EXIT = 255  # the shim itself died: the run's exit status is lost
+_MNT_DETACH = 2
+
+
+def cgroup_parent(cgroups: Cgroups, mountinfo: str) -> str:
+    """The parent's path within its hierarchy, which runc's cgroupfs driver needs to be the
+    same in every hierarchy (so not `detect(relative_to_self=True)` on a nested host)."""
+    mounts = parse_mountinfo(mountinfo)
+    rels = set()
+    for base in cgroups.bases.values():
+        mount = max(
+            (m for m in mounts if base.is_relative_to(m.mountpoint)),
+            key=lambda m: len(m.mountpoint.parts),
+            default=None,
+        )
+        if mount is None:
+            raise ValueError(f"{base} is not in a cgroup hierarchy")
+        rels.add(base.relative_to(mount.mountpoint).as_posix())
+    if len(rels) != 1:
+        raise ValueError(f"runc needs one cgroup path in every hierarchy, not {sorted(rels)}")
+    return rels.pop()
+
+
+@dataclass
+class _Run:
+    spec: ContainerSpec
+    cid: str
+    bundle: Path
+    shim: subprocess.Popen[bytes]
+    started_at: dt.datetime
+    pid: int = 0
+    terminated: Terminated | None = None
+
+
+class RuncRuntime:
+    name = "runc"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        cgroups: Cgroups,
+        *,
+        images_dir: Path | None = None,
+        runc: str = RUNC,
+        clock: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        poll_interval: float = 0.02,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.state_dir = state_dir
+        self.images_dir = images_dir if images_dir is not None else state_dir / "images"
+        self.runc_root = state_dir / "runc" / "state"
+        self.cgroups, self.runc = cgroups, runc
+        self.parent = cgroup_parent(cgroups, Path("/proc/self/mountinfo").read_text())
+        self._clock, self._monotonic = clock, monotonic
+        self._poll, self._start_timeout = poll_interval, start_timeout
+        self._runs: dict[tuple[str, str], _Run] = {}
+
+    def pod_dir(self, pod_uid: str) -> Path:
+        return self.state_dir / "pods" / pod_uid
+
+    def log_path(self, pod_uid: str, name: str) -> Path:
+        return log_path(self.pod_dir(pod_uid), name)
+
+    def bundles_dir(self, pod_uid: str) -> Path:
+        return self.state_dir / "runc" / pod_uid
+
+    def container_id(self, pod_uid: str, name: str) -> str | None:
+        """The runc id of the container's current (or last) run."""
+        run = self._runs.get((pod_uid, name))
+        return run.cid if run else None
+
+    # -- start ---------------------------------------------------------------------------------
+
+    async def start(self, spec: ContainerSpec) -> Running:
+        previous = self._runs.get(spec.key)
+        if previous is not None:
+            if isinstance(self.state(*spec.key), Running):
+                raise StartError(f"container {spec.name} of pod {spec.pod_uid} is already running")
+            await asyncio.to_thread(_remove_bundle, previous.bundle)
+        if not spec.command:
+            raise StartError(f"container {spec.name} has no command (images carry none here)")
+        lower = oci.image_rootfs(self.images_dir, spec.image)
+        if not lower.is_dir():
+            raise oci.ImageError(f'image "{spec.image}" not found: no directory {lower}')
+        cid = oci.container_id(spec.pod_uid, spec.name, secrets.token_hex(4))
+        pod_dir, bundle = self.pod_dir(spec.pod_uid), self.bundles_dir(spec.pod_uid) / cid
+        try:
+            self._lay_out(pod_dir, spec.files)
+            _mount_overlay(lower, bundle)
+            config = oci.oci_config(
+                spec,
+                rootfs=bundle / "rootfs",
+                pod_dir=pod_dir,
+                cgroups=oci.cgroups_path(self.parent, spec.pod_uid, cid),
+            )
+            (bundle / "config.json").write_text(json.dumps(config, indent=1))
+            begin_run(pod_dir, spec.name)
+        except OSError as exc:
+            _remove_bundle(bundle)
+            raise StartError(f"cannot prepare the bundle of {spec.name}: {exc}") from exc
+        run = _Run(spec, cid, bundle, self._spawn_shim(spec, cid, bundle), self._clock())
+        self._runs[spec.key] = run
+        await self._await_started(run)
+        return Running(pid=run.pid, started_at=run.started_at)
+
+    @staticmethod
+    def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        for path, content in files.items():
+            target = pod_dir / safe_relative(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(0o640)
+
+    def _spawn_shim(self, spec: ContainerSpec, cid: str, bundle: Path) -> subprocess.Popen[bytes]:
+        memory = self.cgroups.bases["memory"] / pod_cgroup(spec.pod_uid) / cid
+        argv = [sys.executable, "-m", "agent.runtime.runc", "--runc", self.runc]
+        argv += ["--root", str(self.runc_root), "--bundle", str(bundle), "--id", cid]
+        argv += ["--memory-dir", str(memory), "--cgroup-version", str(self.cgroups.version)]
+        # The shim's stdout is the container's: runc hands its own stdio to the container.
+        with open(self.log_path(spec.pod_uid, spec.name), "ab") as log:
+            try:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                _remove_bundle(bundle)
+                raise StartError(f"cannot start the shim of {spec.name}: {exc}") from exc
+
+    async def _await_started(self, run: _Run) -> None:
+        deadline = self._monotonic() + self._start_timeout
+        started = run.bundle / "started"
+        while not started.exists():
+            if run.shim.poll() is not None:
+                break
+            if self._monotonic() > deadline:
+                run.shim.kill()
+                await asyncio.to_thread(run.shim.wait)
+                break
+            await asyncio.sleep(self._poll)
+        if started.exists():
+            run.pid = int(started.read_text())
+            return
+        del self._runs[run.spec.key]
+        result = _read_result(run.bundle)
+        await asyncio.to_thread(self._runc_quiet, "delete", "--force", run.cid)
+        await asyncio.to_thread(_remove_bundle, run.bundle)
+        raise StartError(str(result.get("error") or f"runc did not start {run.spec.name}"))
+
+    # -- state and stop ------------------------------------------------------------------------
+
+    def state(self, pod_uid: str, name: str) -> ContainerState | None:
+        run = self._runs.get((pod_uid, name))
+        if run is None:
+            return None
+        if run.terminated is not None:
+            return run.terminated
+        if run.shim.poll() is None:
+            return Running(pid=run.pid, started_at=run.started_at)
+        result = _read_result(run.bundle)
+        code = int(result.get("exit_code", UNKNOWN_EXIT))
+        signum = result.get("signal")
+        run.terminated = Terminated(
+            exit_code=code,
+            reason=exit_reason(code, bool(result.get("oom_killed"))),
+            started_at=run.started_at,
+            finished_at=self._clock(),
+            signal=int(signum) if signum is not None else None,
+        )
+        return run.terminated
+
+    async def stop(self, pod_uid: str, name: str, grace_seconds: float) -> Terminated | None:
+        run = self._runs.get((pod_uid, name))
+        if run is None:
+            return None
+        if isinstance(state := self.state(pod_uid, name), Terminated):
+            return state
+        await asyncio.to_thread(self._runc_quiet, "kill", run.cid, "TERM")
+        if not await self._shim_gone(run, grace_seconds):
+            await asyncio.to_thread(self._runc_quiet, "kill", run.cid, "KILL")
+            if not await self._shim_gone(run, 10.0):  # a wedged shim: end it, forget the run
+                run.shim.kill()
+                await asyncio.to_thread(run.shim.wait)
+                await asyncio.to_thread(self._runc_quiet, "delete", "--force", run.cid)
+        result = self.state(pod_uid, name)
+        assert isinstance(result, Terminated)
+        return result
+
+    async def _shim_gone(self, run: _Run, seconds: float) -> bool:
+        deadline = self._monotonic() + seconds
+        while run.shim.poll() is None:
+            if self._monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self._poll)
+        return True
+
+    def _runc_quiet(self, *args: str) -> int:
+        """A runc command whose failure is expected at times (the container already gone)."""
+        argv = [self.runc, "--root", str(self.runc_root), *args]
+        return subprocess.run(argv, capture_output=True, check=False).returncode
+
+    # -- usage, listing, cleanup ---------------------------------------------------------------
+
+    def usage(self, pod_uid: str, name: str | None = None) -> Usage | None:
+        if name is None:
+            rel = pod_cgroup(pod_uid)
+        elif (run := self._runs.get((pod_uid, name))) is not None and run.terminated is None:
+            rel = f"{pod_cgroup(pod_uid)}/{run.cid}"
+        else:
+            return None
+        return self.cgroups.usage(rel) if self.cgroups.exists(rel) else None
+
+    def containers(self, pod_uid: str | None = None) -> list[tuple[str, str]]:
+        return [key for key in self._runs if pod_uid is None or key[0] == pod_uid]
+
+    async def cleanup(self, pod_uid: str) -> None:
+        for key in self.containers(pod_uid):
+            await self.stop(*key, grace_seconds=0)
+            del self._runs[key]
+        await asyncio.to_thread(self._remove_pod, pod_uid)
+
+    def _remove_pod(self, pod_uid: str) -> None:
+        rel = pod_cgroup(pod_uid)
+        if self.cgroups.exists(rel):
+            self.cgroups.remove(rel)
+        # runc made the pod's cgroup in every hierarchy, not only memory, cpu and cpuacct.
+        for directory in self.hierarchy_dirs(rel):
+            remove_cgroup_tree(directory)
+        for bundle in sorted(self.bundles_dir(pod_uid).glob("*")):
+            _remove_bundle(bundle)
+        shutil.rmtree(self.bundles_dir(pod_uid), ignore_errors=True)
+        shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
+
+    def hierarchy_dirs(self, rel: str) -> list[Path]:
+        """`rel` under the parent in every mounted cgroup hierarchy, where runc creates it."""
+        mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+        return [m.mountpoint / self.parent / rel for m in mounts]
+
+
+def remove_cgroup_tree(directory: Path, timeout: float = 5.0) -> None:
+    """rmdir `directory` and its child cgroups, bottom-up, waiting out a dying task's EBUSY."""
+    if not directory.is_dir():
+        return
+    for child in [p for p in directory.iterdir() if p.is_dir()]:
+        remove_cgroup_tree(child, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+# -- the bundle's root filesystem ----------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_overlay(lower: Path, bundle: Path) -> None:
+    """`bundle/rootfs` as an overlay of the image: the run writes to `bundle/upper` only."""
+    upper, work, rootfs = bundle / "upper", bundle / "work", bundle / "rootfs"
+    for directory in (upper, work, rootfs):
+        directory.mkdir(parents=True, exist_ok=True)
+    paths = [str(lower.resolve()), str(upper.resolve()), str(work.resolve())]
+    if any(c in p for p in paths for c in ",:"):
+        raise OSError(errno.EINVAL, f"overlay paths may not contain ',' or ':': {paths}")
+    options = f"lowerdir={paths[0]},upperdir={paths[1]},workdir={paths[2]}"
+    target = str(rootfs.resolve()).encode()
+    if _libc.mount(b"overlay", target, b"overlay", 0, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount overlay on {rootfs}: {os.strerror(err)}")
+
+
+def _remove_bundle(bundle: Path) -> None:
+    rootfs = bundle / "rootfs"
+    if rootfs.exists() and os.path.ismount(rootfs):
+        _libc.umount2(str(rootfs).encode(), _MNT_DETACH)
+    shutil.rmtree(bundle, ignore_errors=True)
+
+
+def _read_result(bundle: Path) -> dict[str, Any]:
+    try:
+        result = json.loads((bundle / "result.json").read_text())
+    except (OSError, ValueError):
+        return {"error": "the run's shim ended without a result"}
+    return result if isinstance(result, dict) else {}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+# -- the shim: one per run, `python -m agent.runtime.runc` -----------------------------------------
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _last_error(log: Path) -> str:
+    """runc's last error message from its JSON log."""
+    message = ""
+    with contextlib.suppress(OSError):
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("level") in ("error", "fatal"):
+                    message = str(entry.get("msg", ""))
+    return message
+
+
+def _reap(pid: int) -> int:
+    """Wait for the container's init (our child once runc has exited) and return its exit
+    status as Popen would (negative for a signal); reap any other orphan on the way."""
+    while True:
+        try:
+            child, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # not ours after all: wait without a status
+            while Path(f"/proc/{pid}").exists():
+                time.sleep(0.05)
+            return UNKNOWN_EXIT
+        if child == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def shim_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m agent.runtime.runc")
+    for option in ("--runc", "--root", "--bundle", "--id", "--memory-dir", "--cgroup-version"):
+        p.add_argument(option, required=True)
+    args = p.parse_args(list(argv))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent stops containers with runc kill
+    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    bundle = Path(args.bundle)
+    runc = [args.runc, "--root", args.root, "--log", str(bundle / "runc.log")]
+    runc += ["--log-format", "json"]
+    pid_file = str(bundle / "pid")
+    command = [*runc, "run", "--detach", "--pid-file", pid_file, "--bundle", str(bundle), args.id]
+    code = subprocess.run(command, stdin=subprocess.DEVNULL, check=False).returncode
+    if code != 0:
+        error = _last_error(bundle / "runc.log") or f"runc run exited with {code}"
+        subprocess.run([*runc, "delete", "--force", args.id], capture_output=True, check=False)
+        _write_atomically(bundle / "result.json", json.dumps({"error": error}))
+        return 1
+    pid = int(Path(pid_file).read_text())
+    _write_atomically(bundle / "started", str(pid))
+    exit_code, signum = from_returncode(_reap(pid))
+    memory = Cgroups(int(args.cgroup_version), {"memory": Path(args.memory_dir)})
+    oom = memory.oom_killed("", sigkilled=signum == signal.SIGKILL)
+    subprocess.run([*runc, "delete", "--force", args.id], capture_output=True, check=False)
+    result = {"exit_code": exit_code, "signal": signum, "oom_killed": oom}
+    _write_atomically(bundle / "result.json", json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(shim_main(sys.argv[1:]))
