@@ -21,6 +21,12 @@ need neither the process's arguments nor its environment.
 | log rotation size | ``--log-max-bytes`` | ``QM_AGENT_LOG_MAX_BYTES`` | 10 MiB |
 | rotated logs kept | ``--log-keep`` | ``QM_AGENT_LOG_KEEP`` | ``3`` |
 
+Node-pressure eviction (:mod:`agent.pressure`) takes ``--eviction-hard``
+(``memory.available<100Mi``), ``--eviction-minimum-reclaim`` (``0``),
+``--eviction-pressure-transition-period`` (``30s``), ``--pressure-interval`` (``5s``) and
+``--pressure-source`` (``meminfo`` or ``pods``), each also as ``QM_AGENT_`` + the flag's name in
+capitals with underscores (``QM_AGENT_EVICTION_HARD`` ...).
+
 The system reserve is read by :meth:`agent.machine.Reserve.from_env` (``QM_AGENT_RESERVE_*``).
 
 The other half is a container's configuration as the runtime takes it, resolved from its pod:
@@ -39,6 +45,7 @@ from typing import Any
 
 from agent import probes
 from agent.machine import Reserve
+from agent.pressure import EvictionConfig, eviction_config
 from agent.probes import Action
 from agent.runtime import ContainerSpec, Resources
 from app.core.quantity import cpu_millis, to_bytes
@@ -69,11 +76,21 @@ class AgentConfig:
     server_token: str | None = None
     log_max_bytes: int = 10 * 2**20
     log_keep: int = 3
+    eviction: EvictionConfig = field(default_factory=EvictionConfig)
 
     @property
     def pods_dir(self) -> Path:
         """Where the process runtime lays out each pod's directory and logs."""
         return self.state_dir / "pods"
+
+
+_EVICTION_FLAGS = (
+    ("--eviction-hard", "memory.available<100Mi"),
+    ("--eviction-minimum-reclaim", "0"),
+    ("--eviction-pressure-transition-period", "30s"),
+    ("--pressure-interval", "5s"),
+    ("--pressure-source", "meminfo"),
+)
 
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -93,6 +110,9 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--server-token", default=env.get("QM_AGENT_SERVER_TOKEN") or None)
     p.add_argument("--log-max-bytes", default=env.get("QM_AGENT_LOG_MAX_BYTES") or "10485760")
     p.add_argument("--log-keep", default=env.get("QM_AGENT_LOG_KEEP") or "3")
+    for flag, default in _EVICTION_FLAGS:
+        var = "QM_AGENT_" + flag.removeprefix("--").replace("-", "_").upper()
+        p.add_argument(flag, default=env.get(var) or default)
     return p
 
 
@@ -110,6 +130,16 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         reserve = Reserve.from_env(dict(env))
     except ValueError as exc:
         raise ConfigError(f"system reserve: {exc}") from exc
+    try:
+        eviction = eviction_config(
+            args.eviction_hard,
+            args.eviction_minimum_reclaim,
+            args.eviction_pressure_transition_period,
+            args.pressure_interval,
+            args.pressure_source,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"eviction: {exc}") from exc
     return AgentConfig(
         server=args.server,
         token=args.token,
@@ -125,6 +155,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         server_token=args.server_token,
         log_max_bytes=_int_setting("log max bytes", args.log_max_bytes, 0, 2**40),
         log_keep=_int_setting("log keep", args.log_keep, 0, 100),
+        eviction=eviction,
     )
 
 

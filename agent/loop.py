@@ -37,6 +37,7 @@ from agent.logs import ContainerLogs
 from agent.machine import Resources, detect
 from agent.node import NodeConfig, NodeStatusWriter
 from agent.pods import Clocks, PodApi, PodWorker, Prober
+from agent.pressure_monitor import PressureMonitor, signal_for
 from agent.probe_exec import ProbeContext, run_probe
 from agent.runtime import ContainerSpec, Runtime
 from agent.runtime.cgroups import CgroupsUnavailable
@@ -100,8 +101,10 @@ class Agent:
         host_ip: str = "",
         poll: float = 0.25,
         tick: float = 0.2,
+        pressure: PressureMonitor | None = None,
     ) -> None:
         self.runtime, self.pod_api, self.source, self.lease = runtime, pod_api, source, lease
+        self.pressure = pressure  # node-pressure eviction (agent.pressure_monitor)
         if lease.on_recover is None:  # the API is back: relist now rather than after a backoff
             lease.on_recover = source.poke
         self.allocatable, self.node_status = allocatable, node_status
@@ -229,6 +232,8 @@ class Agent:
             while not stop.is_set():
                 self.check_lease()
                 await self.reconcile()
+                if self.pressure is not None:
+                    await self.pressure.tick(self.workers, self.runtime)
                 await self.sync_node()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.tick)
@@ -277,6 +282,8 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         node_status=NodeStatusWriter(api, node_cfg, machine),
         host_ip=cfg.node_ip,
     )
+    signal = signal_for(cfg.eviction.source, agent.allocatable.memory_bytes)
+    agent.pressure = PressureMonitor(cfg.eviction, signal, api.clone(), cfg.node_name)
     logs = ContainerLogs(
         runtime,
         lambda: [w.pod for w in agent.workers.values()],

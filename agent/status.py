@@ -255,6 +255,21 @@ def build_status(pod: Mapping[str, Any], view: PodView, now: float) -> Obj:
     return status
 
 
+def evicted(status: Obj, message: str, now: float, by: str = "TerminationByAgent") -> Obj:
+    """``status`` of a pod this agent evicted (node pressure): ``Failed``, reason ``Evicted``,
+    and ``DisruptionTarget=True`` so a Job does not count it against its backoffLimit."""
+    target = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": by,
+        "message": message,
+        "lastTransitionTime": format_time(now),
+    }
+    kept = [c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+    out = {**status, "phase": "Failed", "reason": "Evicted", "message": message}
+    return {**out, "conditions": [*kept, target]}
+
+
 def _owned(status: Mapping[str, Any]) -> tuple[Any, ...]:
     conditions = sorted(
         (
