@@ -14,6 +14,7 @@ need neither the process's arguments nor its environment.
 | machine class | ``--machine-class`` | ``QM_AGENT_MACHINE_CLASS`` | none |
 | runtime | ``--runtime`` | ``QM_AGENT_RUNTIME`` | ``process`` |
 | state dir | ``--state-dir`` | ``QM_AGENT_STATE_DIR`` | ``.qm/agent/<node>`` |
+| runc images | ``--images-dir`` | ``QM_AGENT_IMAGES_DIR`` | ``<state dir>/images`` |
 | node IP | ``--node-ip`` | ``QM_AGENT_NODE_IP`` | ``127.0.0.1`` |
 | agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
 | agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
@@ -52,7 +53,7 @@ from app.core.quantity import cpu_millis, to_bytes
 
 Obj = dict[str, Any]
 
-RUNTIMES = ("process", "sim")
+RUNTIMES = ("process", "runc", "sim")
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 
@@ -71,6 +72,7 @@ class AgentConfig:
     state_dir: Path = Path(".qm/agent")
     node_ip: str = "127.0.0.1"
     reserve: Reserve = field(default_factory=Reserve)
+    images_dir: Path | None = None  # the runc runtime's images; None: <state dir>/images
     address: str = "127.0.0.1"
     port: int = 10250
     server_token: str | None = None
@@ -104,6 +106,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--machine-class", default=env.get("QM_AGENT_MACHINE_CLASS") or "")
     p.add_argument("--runtime", default=env.get("QM_AGENT_RUNTIME") or "process")
     p.add_argument("--state-dir", default=env.get("QM_AGENT_STATE_DIR") or "")
+    p.add_argument("--images-dir", default=env.get("QM_AGENT_IMAGES_DIR") or "")
     p.add_argument("--node-ip", default=env.get("QM_AGENT_NODE_IP") or "127.0.0.1")
     p.add_argument("--address", default=env.get("QM_AGENT_ADDRESS") or "127.0.0.1")
     p.add_argument("--port", default=env.get("QM_AGENT_PORT") or "10250")
@@ -148,6 +151,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         machine_class=args.machine_class,
         runtime=args.runtime,
         state_dir=Path(args.state_dir) if args.state_dir else Path(".qm/agent") / node,
+        images_dir=Path(args.images_dir) if args.images_dir else None,
         node_ip=args.node_ip,
         reserve=reserve,
         address=args.address,
@@ -196,6 +200,7 @@ def container_spec(pod_uid: str, c: Obj) -> ContainerSpec:
             cpu_request_millis=cpu_request if cpu_request is not None else cpu_limit,
             cpu_limit_millis=cpu_limit,
         ),
+        image=str(c.get("image") or ""),
     )
 
 

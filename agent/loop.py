@@ -43,6 +43,7 @@ from agent.runtime import ContainerSpec, Runtime
 from agent.runtime.cgroups import CgroupsUnavailable
 from agent.runtime.cgroups import detect as detect_cgroups
 from agent.runtime.process import ProcessRuntime, container_env
+from agent.runtime.runc import RuncRuntime
 from agent.runtime.sim import SimRuntime
 from agent.server import AgentServer
 from app.core.errors import StatusError
@@ -266,6 +267,10 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     runtime: Runtime
     if cfg.runtime == "sim":
         runtime = SimRuntime()
+    elif cfg.runtime == "runc":  # runc needs cgroups: without them the agent does not start
+        cgroups = detect_cgroups(f"quaymaster-{cfg.node_name}")
+        images = cfg.images_dir.resolve() if cfg.images_dir else None
+        runtime = RuncRuntime(cfg.state_dir.resolve(), cgroups, images_dir=images)
     else:
         try:
             cgroups = detect_cgroups(f"quaymaster-{cfg.node_name}")
