@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.runtime import Running, Runtime
+from app.core.metrics import escape_label_value as esc
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -85,18 +86,15 @@ def timestamp(at: float) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def sample_body(node: str, at: float, pods: list[Obj]) -> Obj:
+def sample_body(node: str, at: float, pods: list[Obj], window_s: float = DEFAULT_INTERVAL) -> Obj:
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "NodeUsageSample",
         "metadata": {"name": node},
         "timestamp": timestamp(at),
+        "window": f"{window_s:g}s",
         "pods": pods,
     }
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def prometheus_text(body: Obj | None) -> str:
@@ -114,11 +112,11 @@ def prometheus_text(body: Obj | None) -> str:
     ctr_cpu = ["# TYPE qm_container_cpu_usage_millicores gauge"]
     ctr_mem = ["# TYPE qm_container_memory_usage_bytes gauge"]
     for p in body["pods"]:
-        labels = f'namespace="{_label(p["namespace"])}",pod="{_label(p["name"])}"'
+        labels = f'namespace="{esc(p["namespace"])}",pod="{esc(p["name"])}"'
         lines.append(f"qm_pod_cpu_usage_millicores{{{labels}}} {p['cpuMillis']}")
         mem.append(f"qm_pod_memory_usage_bytes{{{labels}}} {p['memoryBytes']}")
         for c in p["containers"]:
-            cl = f'{labels},container="{_label(c["name"])}"'
+            cl = f'{labels},container="{esc(c["name"])}"'
             ctr_cpu.append(f"qm_container_cpu_usage_millicores{{{cl}}} {c['cpuMillis']}")
             ctr_mem.append(f"qm_container_memory_usage_bytes{{{cl}}} {c['memoryBytes']}")
     return "\n".join([*lines, *mem, *ctr_cpu, *ctr_mem]) + "\n"
@@ -166,7 +164,7 @@ class UsageCollector:
             if containers:
                 entries.append(self._pod_entry(pod, uid, containers))
         self.rates.retain(seen)
-        self.last = sample_body(self.node, at, entries)
+        self.last = sample_body(self.node, at, entries, self.interval)
         return self.last
 
     @staticmethod

@@ -22,6 +22,8 @@ from app.api.eviction import HANDLERS as EVICTION_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
 from app.api.service import Objects
+from app.api.usage import HANDLERS as USAGE_HANDLERS
+from app.api.usage import usage_lifespan
 from app.core import errors
 from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
@@ -97,8 +99,8 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
 
 def create_app() -> Litestar:
     return Litestar(
-        route_handlers=[*HANDLERS, *all_handlers(), *EVICTION_HANDLERS],
-        lifespan=[lifespan],
+        route_handlers=[*HANDLERS, *all_handlers(), *EVICTION_HANDLERS, *USAGE_HANDLERS],
+        lifespan=[lifespan, usage_lifespan],
         exception_handlers={
             errors.StatusError: _status_error,
             HTTPException: _http_error,

@@ -69,6 +69,7 @@ class PodUsage:
     containers: tuple[ContainerUsage, ...] = ()
     node: str = ""  # filled in by the store on reads
     at: float = 0.0  # the sample's time; filled in by the store on reads
+    window_s: float = 10.0  # the interval the CPU figure averages over; filled in on reads
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class NodeSample:
     cpu_millis: int  # the whole node: the sum of its pods
     memory_bytes: int
     pods: tuple[PodUsage, ...]
+    window_s: float = 10.0  # the agent's sampling interval: what the CPU figures average over
 
 
 def _pod_dict(p: PodUsage) -> dict[str, Any]:
@@ -92,7 +94,7 @@ def _pod_dict(p: PodUsage) -> dict[str, Any]:
     }
 
 
-def _pod_from(d: dict[str, Any], node: str, at: float) -> PodUsage:
+def _pod_from(d: dict[str, Any], node: str, at: float, window_s: float) -> PodUsage:
     return PodUsage(
         namespace=d["ns"],
         name=d["name"],
@@ -103,6 +105,7 @@ def _pod_from(d: dict[str, Any], node: str, at: float) -> PodUsage:
         containers=tuple(ContainerUsage(n, c, m) for n, c, m in d.get("ctr", ())),
         node=node,
         at=at,
+        window_s=window_s,
     )
 
 
@@ -117,6 +120,7 @@ def encode(sample: NodeSample) -> str:
             "at": sample.at,
             "cpu": sample.cpu_millis,
             "mem": sample.memory_bytes,
+            "win": sample.window_s,
             "pods": [_pod_dict(p) for p in sample.pods],
         },
         separators=(",", ":"),
@@ -125,13 +129,14 @@ def encode(sample: NodeSample) -> str:
 
 def decode(raw: str | bytes) -> NodeSample:
     d = json.loads(raw)
-    node, at = d["node"], d["at"]
+    node, at, window_s = d["node"], d["at"], d.get("win", 10.0)
     return NodeSample(
         node=node,
         at=at,
         cpu_millis=d["cpu"],
         memory_bytes=d["mem"],
-        pods=tuple(_pod_from(p, node, at) for p in d["pods"]),
+        pods=tuple(_pod_from(p, node, at, window_s) for p in d["pods"]),
+        window_s=window_s,
     )
 
 
@@ -174,7 +179,7 @@ class UsageStore:
         pipe.zremrangebyscore(NODES_KEY, "-inf", sample.at - self.retention_s)
         by_ns: dict[str, dict[Any, Any]] = {}
         for p in sample.pods:
-            entry = _pod_dict(p) | {"node": sample.node, "at": sample.at}
+            entry = _pod_dict(p) | {"node": sample.node, "at": sample.at, "win": sample.window_s}
             by_ns.setdefault(p.namespace, {})[p.name] = json.dumps(entry, separators=(",", ":"))
         for ns, fields in by_ns.items():
             pipe.hset(PREFIX + "pods:" + ns, mapping=fields)
@@ -241,4 +246,4 @@ class UsageStore:
     @staticmethod
     def _pod_entry(raw: str | bytes) -> PodUsage:
         d = json.loads(raw)
-        return _pod_from(d, d["node"], d["at"])
+        return _pod_from(d, d["node"], d["at"], d.get("win", 10.0))
