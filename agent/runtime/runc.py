@@ -129,6 +129,12 @@ class RuncRuntime:
         run = self._runs.get((pod_uid, name))
         return run.cid if run else None
 
+    def exec_prefix(self, pod_uid: str, name: str) -> tuple[str, ...]:
+        """argv that runs a command inside the container's current run (exec probes, hooks):
+        runc exec keeps the run's environment and working directory."""
+        cid = self.container_id(pod_uid, name) or "not-started"
+        return (self.runc, "--root", str(self.runc_root), "exec", cid)
+
     # -- start ---------------------------------------------------------------------------------
 
     async def start(self, spec: ContainerSpec) -> Running:
