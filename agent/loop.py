@@ -79,6 +79,9 @@ def probe_context_for(runtime: Runtime) -> Callable[[ContainerSpec], ProbeContex
     if isinstance(runtime, ProcessRuntime):
         rt = runtime
         return lambda s: ProbeContext(env=container_env(s.env), cwd=str(rt.pod_dir(s.pod_uid)))
+    if isinstance(runtime, RuncRuntime):  # inside the container, with its env and cwd
+        rc = runtime
+        return lambda s: ProbeContext(exec_prefix=rc.exec_prefix(s.pod_uid, s.name))
     return lambda s: ProbeContext(env=container_env(s.env))
 
 
