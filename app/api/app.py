@@ -19,6 +19,7 @@ from app.api.auth import Authenticator
 from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
+from app.api.logs import HANDLERS as LOG_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
 from app.api.service import Objects
@@ -99,7 +100,13 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
 
 def create_app() -> Litestar:
     return Litestar(
-        route_handlers=[*HANDLERS, *all_handlers(), *EVICTION_HANDLERS, *USAGE_HANDLERS],
+        route_handlers=[
+            *HANDLERS,
+            *all_handlers(),
+            *EVICTION_HANDLERS,
+            *USAGE_HANDLERS,
+            *LOG_HANDLERS,
+        ],
         lifespan=[lifespan, usage_lifespan],
         exception_handlers={
             errors.StatusError: _status_error,

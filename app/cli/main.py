@@ -22,6 +22,8 @@ from .client import CLIENT_VERSION, ApiClient, ServerUnreachable
 from .config import ConfigError, load_config
 from .context import Context, UsageError, resolve_one_kind
 from .get import run_get
+from .logs import COMMANDS as LOG_COMMANDS
+from .logs import add_parsers as add_log_parsers
 from .nodes import COMMANDS as NODE_COMMANDS
 from .nodes import add_parsers as add_node_parsers
 from .rollout import COMMANDS as ROLLOUT_COMMANDS
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     version.add_argument("-o", "--output", choices=["yaml", "json"])
     add_node_parsers(sub, common)
     add_rollout_parsers(sub, common)
+    add_log_parsers(sub, common)
     return parser
 
 
@@ -161,6 +164,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "version": run_version,
     **NODE_COMMANDS,
     **ROLLOUT_COMMANDS,
+    **LOG_COMMANDS,
 }
 
 
