@@ -96,10 +96,12 @@ COMPONENTS: tuple[Component, ...] = (
                 f"zone-{zone}",
                 "--state-dir",
                 f"{{state}}/agent-{zone}",
+                "--port",  # each agent's log server needs its own port on one host
+                str(10250 + i),
             ),
             requires="agent",
         )
-        for zone in ("a", "b", "c")
+        for i, zone in enumerate(("a", "b", "c"))
     ),  # three local machines in three zones, running pods as processes
 )
 
@@ -217,6 +219,8 @@ class Stack:
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("QM_STREAM_DATABASE_URL", database_url)
+        # The secret the API server shows the agents' log servers (ADR 0019); one per run.
+        env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
 
         say("applying migrations (alembic upgrade head)")
         migrate = subprocess.run(
