@@ -21,6 +21,7 @@ need neither the process's arguments nor its environment.
 | agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
 | log rotation size | ``--log-max-bytes`` | ``QM_AGENT_LOG_MAX_BYTES`` | 10 MiB |
 | rotated logs kept | ``--log-keep`` | ``QM_AGENT_LOG_KEEP`` | ``3`` |
+| usage sample interval (s) | ``--usage-interval`` | ``QM_AGENT_USAGE_INTERVAL`` | ``10`` |
 
 Node-pressure eviction (:mod:`agent.pressure`) takes ``--eviction-hard``
 (``memory.available<100Mi``), ``--eviction-minimum-reclaim`` (``0``),
@@ -79,6 +80,7 @@ class AgentConfig:
     log_max_bytes: int = 10 * 2**20
     log_keep: int = 3
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
+    usage_interval: float = 10.0
 
     @property
     def pods_dir(self) -> Path:
@@ -113,6 +115,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--server-token", default=env.get("QM_AGENT_SERVER_TOKEN") or None)
     p.add_argument("--log-max-bytes", default=env.get("QM_AGENT_LOG_MAX_BYTES") or "10485760")
     p.add_argument("--log-keep", default=env.get("QM_AGENT_LOG_KEEP") or "3")
+    p.add_argument("--usage-interval", default=env.get("QM_AGENT_USAGE_INTERVAL") or "10")
     for flag, default in _EVICTION_FLAGS:
         var = "QM_AGENT_" + flag.removeprefix("--").replace("-", "_").upper()
         p.add_argument(flag, default=env.get(var) or default)
@@ -160,6 +163,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         log_max_bytes=_int_setting("log max bytes", args.log_max_bytes, 0, 2**40),
         log_keep=_int_setting("log keep", args.log_keep, 0, 100),
         eviction=eviction,
+        usage_interval=_seconds_setting("usage interval", args.usage_interval, 0.1, 3600.0),
     )
 
 
@@ -170,6 +174,17 @@ def _int_setting(what: str, value: str, low: int, high: int) -> int:
         raise ConfigError(f"{what} {value!r} is not an integer") from None
     if not low <= n <= high:
         raise ConfigError(f"{what} {n} is not between {low} and {high}")
+    return n
+
+
+def _seconds_setting(what: str, value: str, low: float, high: float) -> float:
+    """Seconds as a number, with or without an ``s`` (``10``, ``2.5s``)."""
+    try:
+        n = float(value.removesuffix("s"))
+    except ValueError:
+        raise ConfigError(f"{what} {value!r} is not a number of seconds") from None
+    if not low <= n <= high:  # also refuses NaN
+        raise ConfigError(f"{what} {value!r} is not between {low:g} and {high:g} seconds")
     return n
 
 

@@ -46,6 +46,7 @@ from agent.runtime.process import ProcessRuntime, container_env
 from agent.runtime.runc import RuncRuntime
 from agent.runtime.sim import SimRuntime
 from agent.server import AgentServer
+from agent.usage import UsageCollector, samples_path
 from app.core.errors import StatusError
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class Agent:
         self.refused: set[str] = set()
         self._epoch_changes = 0
         self.server: AgentServer | None = None  # logs, metrics (ADR 0019); set by build()
+        self.usage: UsageCollector | None = None  # usage samples (ADR 0020); set by build()
 
     # -- desired vs running -----------------------------------------------------------------------
 
@@ -232,6 +234,10 @@ class Agent:
         ]
         for thread in threads:
             thread.start()
+        usage = None
+        if self.usage is not None:  # best effort, beside the loop: never waits on a pod
+            workers = self.workers.values
+            usage = asyncio.create_task(self.usage.run(stop, lambda: [w.pod for w in workers()]))
         try:
             while not stop.is_set():
                 self.check_lease()
@@ -244,6 +250,8 @@ class Agent:
         finally:
             halt.set()
             self.source.poke()
+            if usage is not None:
+                usage.cancel()
             if stop_pods:
                 await self.shutdown()
             for thread in threads:
@@ -299,6 +307,14 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         keep=cfg.log_keep,
     )
     agent.server = AgentServer(logs, address=cfg.address, port=cfg.port, token=cfg.server_token)
+    usage_api = AgentApi(cfg.server, cfg.token, timeout=5.0)
+    agent.usage = UsageCollector(
+        runtime,
+        cfg.node_name,
+        lambda body: usage_api.request("POST", samples_path(cfg.node_name), body=body),
+        interval=cfg.usage_interval,
+    )
+    agent.server.add_metrics(agent.usage.metrics_text)
     return agent
 
 
