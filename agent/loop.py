@@ -47,7 +47,8 @@ from agent.runtime.runc import RuncRuntime
 from agent.runtime.sim import SimRuntime
 from agent.server import AgentServer
 from agent.usage import UsageCollector, samples_path
-from app.core.errors import StatusError
+from app.core.errors import NotFound, StatusError
+from app.core.kinds import BY_KIND
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -68,6 +69,12 @@ class RestPodApi:
         return await asyncio.to_thread(
             self.api.replace, POD, ns, {**pod, "status": new_status}, "status"
         )
+
+    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await asyncio.to_thread(self.api.get, BY_KIND[kind], namespace, name)
+        except NotFound:
+            return None
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}

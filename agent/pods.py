@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent import probes, status
+from agent import probes, sources, status
 from agent.api import Unreachable
 from agent.backoff import CrashLoopBackoff
 from agent.config import container_spec, grace_seconds, pre_stop_action, restarts
@@ -52,6 +52,10 @@ class PodApi(Protocol):
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         """DELETE with ``gracePeriodSeconds=0`` and the uid as precondition."""
+        ...
+
+    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """A ConfigMap or Secret the pod names; None when there is none by that name."""
         ...
 
 
@@ -142,6 +146,9 @@ class PodWorker:
         self.boxes = [self._box(c) for c in spec.get("containers") or []]
         self.inits = [self._box(c, init=True) for c in spec.get("initContainers") or []]
         self.initialized = not self.inits
+        self.resolved = False  # env and files resolved from the pod and the objects it names
+        self._resolve_due: float | None = None
+        self._resolve_failures = 0
         self.coalescer = status.Coalescer()
         self.accepted_at = self.clocks.wall()
         self.wake = asyncio.Event()
@@ -201,6 +208,9 @@ class PodWorker:
             return self._retry_at
         if self.at_most_one and not self.lease_ok:
             await self._kill_for_lease()
+        if not self.resolved and not await self._resolve(now):
+            await self._sync_status(now)
+            return self._next_wakeup()
         if not self.initialized:
             await self._initialize(now)
             if not self.initialized:
@@ -217,6 +227,37 @@ class PodWorker:
             self._launch(box, now)
         await self._sync_status(now)
         return self._next_wakeup()
+
+    async def _resolve(self, now: float) -> bool:
+        """Fetch the ConfigMaps and Secrets the pod names and resolve every container's
+        environment and files, once for the pod's life; on failure every container waits
+        with ``CreateContainerConfigError`` and it is tried again, 1 s, 2 s, ... up to 30 s on."""
+        if self._resolve_due is not None and now < self._resolve_due:
+            return False
+        try:
+            fetched: dict[sources.Key, Obj | None] = {}
+            for kind, name in sorted(sources.references(self.pod)):
+                fetched[(kind, name)] = await self.api.get_source(kind, self.namespace, name)
+            resolved = [
+                dataclasses.replace(
+                    box.spec,
+                    env=sources.environment(self.pod, box.raw, fetched, self.host_ip),
+                    files={**box.spec.files, **sources.files(self.pod, box.raw, fetched)},
+                )
+                for box in self.all_boxes
+            ]
+        except (sources.SourceError, Unreachable, StatusError) as exc:
+            self._resolve_failures += 1
+            self._resolve_due = now + min(30.0, 2.0 ** (self._resolve_failures - 1))
+            waiting = status.Waiting(sources.SourceError.reason, str(exc))
+            for box in self.all_boxes:
+                box.view = dataclasses.replace(box.view, state=waiting)
+            return False
+        for box, spec in zip(self.all_boxes, resolved, strict=True):
+            box.spec = spec
+            box.view = dataclasses.replace(box.view, state=status.Waiting())
+        self.resolved, self._resolve_due = True, None
+        return True
 
     async def _initialize(self, now: float) -> None:
         """Run the init containers one after another, each to a successful exit, before any
@@ -440,6 +481,7 @@ class PodWorker:
 
     def _next_wakeup(self) -> float | None:
         times = [b.restart_due for b in self.all_boxes if b.restart_due is not None]
+        times += [self._resolve_due] if self._resolve_due is not None else []
         times += [t for b in self.boxes if b.cp and (t := probes.next_wakeup(b.cp)) is not None]
         times += [t for t in (self.coalescer.wake_at(), self._retry_at) if t is not None]
         return min(times, default=None)

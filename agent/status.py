@@ -15,6 +15,7 @@ Pure: time comes in as ``now`` (seconds since the epoch), and nothing here does 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,14 @@ from typing import Any
 Obj = dict[str, Any]
 
 AGENT_CONDITIONS = ("Initialized", "ContainersReady", "Ready")
-OWNED_FIELDS = ("phase", "startTime", "hostIP", "podIP", "containerStatuses")
+OWNED_FIELDS = (
+    "phase",
+    "startTime",
+    "hostIP",
+    "podIP",
+    "initContainerStatuses",
+    "containerStatuses",
+)
 CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 
 
@@ -74,8 +82,9 @@ class ContainerView:
 class PodView:
     containers: tuple[ContainerView, ...]
     start_time: float | None = None  # when the agent accepted the pod
-    initialized: bool = True
+    initialized: bool = True  # every init container has completed
     terminating: bool = False  # the agent is stopping the pod for good
+    init_containers: tuple[ContainerView, ...] = ()
     host_ip: str = ""
     pod_ip: str = ""
 
@@ -83,11 +92,23 @@ class PodView:
 # ---------------------------------------------------------------- phase
 
 
-def _views(pod: Mapping[str, Any], view: PodView) -> list[ContainerView]:
-    """One view per container in the spec, in spec order; unknown ones are being created."""
-    known = {c.name: c for c in view.containers}
-    names = [str(c["name"]) for c in (pod.get("spec") or {}).get("containers") or []]
-    return [known.get(name) or ContainerView(name, Waiting()) for name in names]
+def _views(pod: Mapping[str, Any], view: PodView, key: str = "containers") -> list[ContainerView]:
+    """One view per container in the spec, in spec order; unknown ones are being created
+    (or, while init containers run, waiting for them)."""
+    known = {c.name: c for c in (view.init_containers if key != "containers" else view.containers)}
+    pending = Waiting() if view.initialized or key != "containers" else Waiting("PodInitializing")
+    names = [str(c["name"]) for c in (pod.get("spec") or {}).get(key) or []]
+    out = [known.get(name) or ContainerView(name, pending) for name in names]
+    if not view.initialized and key == "containers":  # not started before the inits complete
+        out = [c if c.state != Waiting() else dataclasses.replace(c, state=pending) for c in out]
+    return out
+
+
+def init_phase(restart_policy: str, inits: Iterable[ContainerView], terminating: bool) -> str:
+    """The phase of a pod whose init containers have not all completed: ``Failed`` once one
+    failed for good (``restartPolicy: Never``, or the pod is being stopped), else ``Pending``."""
+    failed = any(isinstance(c.state, Terminated) and c.state.exit_code != 0 for c in inits)
+    return "Failed" if failed and (restart_policy == "Never" or terminating) else "Pending"
 
 
 def phase(restart_policy: str, containers: Iterable[ContainerView], terminating: bool) -> str:
@@ -233,9 +254,16 @@ def build_status(pod: Mapping[str, Any], view: PodView, now: float) -> Obj:
     """The pod's new ``status``: the API's current one with the agent's fields replaced."""
     old: Obj = copy.deepcopy(pod.get("status") or {})
     spec = pod.get("spec") or {}
-    containers = _views(pod, view)
-    pod_phase = phase(str(spec.get("restartPolicy") or "Always"), containers, view.terminating)
-    specs = {str(c["name"]): c for c in spec.get("containers") or []}
+    containers, inits = _views(pod, view), _views(pod, view, "initContainers")
+    policy = str(spec.get("restartPolicy") or "Always")
+    if view.initialized:
+        pod_phase = phase(policy, containers, view.terminating)
+    else:
+        pod_phase = init_phase(policy, inits, view.terminating)
+    specs = {
+        str(c["name"]): c
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
     status = {**old, "phase": pod_phase}
     status["conditions"] = merge_conditions(
         list(old.get("conditions") or []),
@@ -243,6 +271,8 @@ def build_status(pod: Mapping[str, Any], view: PodView, now: float) -> Obj:
         now,
     )
     status["containerStatuses"] = [container_status(c, specs[c.name]) for c in containers]
+    if inits:
+        status["initContainerStatuses"] = [container_status(c, specs[c.name]) for c in inits]
     start = old.get("startTime") or (
         format_time(view.start_time) if view.start_time is not None else None
     )
@@ -289,7 +319,10 @@ def needs_write(current: Mapping[str, Any], candidate: Mapping[str, Any]) -> boo
 
 def _only_creating(candidate: Mapping[str, Any]) -> bool:
     """Nothing has run yet: every container is still being created for the first time."""
-    statuses = candidate.get("containerStatuses") or []
+    statuses = [
+        *(candidate.get("initContainerStatuses") or []),
+        *(candidate.get("containerStatuses") or []),
+    ]
     return candidate.get("phase") == "Pending" and all(
         (s.get("state") or {}).get("waiting", {}).get("reason") in CREATING_REASONS
         and not s.get("lastState")

@@ -26,6 +26,7 @@ from agent.node import NodeConfig, NodeStatusWriter
 from agent.runtime import Running
 from agent.runtime.process import ProcessRuntime
 from app.core.errors import NotFound
+from app.core.kinds import BY_KIND
 from app.devstack.apiserver import ApiServer
 
 Obj = dict[str, Any]
@@ -176,3 +177,60 @@ async def test_deleting_a_pod_stops_its_process_and_the_pod_goes(running: Runnin
     await wait_for(lambda: uid not in running.agent.workers)
     assert not running.agent.runtime.containers(uid)
     assert not os.path.exists(running.agent.runtime.pod_dir(uid))  # type: ignore[attr-defined]
+
+
+async def test_init_containers_and_config_reach_the_process(running: Running_) -> None:
+    """An init container writes a file the app then reads; the app's environment comes from a
+    ConfigMap key, a Secret's keys and the pod's own name; a ConfigMap volume is laid out as
+    files under the pod directory, the process's working directory."""
+    ns = running.namespace
+    running.api.create(
+        BY_KIND["ConfigMap"],
+        ns,
+        {
+            "metadata": {"name": "web-config"},
+            "data": {"greeting": "hello", "site.ini": "[site]"},
+        },
+    )
+    running.api.create(
+        BY_KIND["Secret"],
+        ns,
+        {"metadata": {"name": "web-secret"}, "data": {"TOKEN": "czNjcmV0"}},  # s3cret
+    )
+    script = (
+        "import os, pathlib; e, p = os.environ, pathlib.Path;"
+        " print(e['GREETING'], e['TOKEN'], e['POD'], p('conf/site.ini').read_text(),"
+        " p('seeded').read_text(), flush=True)"
+    )
+    app = {
+        "command": [sys.executable, "-c", script],
+        "env": [
+            {
+                "name": "GREETING",
+                "valueFrom": {"configMapKeyRef": {"name": "web-config", "key": "greeting"}},
+            },
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "envFrom": [{"secretRef": {"name": "web-secret"}}],
+        "volumeMounts": [{"name": "conf", "mountPath": "/conf"}],
+    }
+    init = {
+        "name": "seed",
+        "image": "local",
+        "command": [sys.executable, "-c", "open('seeded', 'w').write('seeded')"],
+    }
+    pod = running.create(
+        "configured",
+        app,
+        restartPolicy="Never",
+        initContainers=[init],
+        volumes=[{"name": "conf", "configMap": {"name": "web-config"}}],
+    )
+    await wait_for(lambda: running.get("configured")["status"].get("phase") == "Succeeded")
+    status = running.get("configured")["status"]
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert condition(running.get("configured"), "Initialized") == "True"
+    runtime = running.agent.runtime
+    assert isinstance(runtime, ProcessRuntime)
+    output = runtime.log_path(pod["metadata"]["uid"], "c").read_text()
+    assert output.strip() == "hello s3cret configured [site] seeded"

@@ -47,6 +47,7 @@ class FakeApi:
         self.statuses: list[Obj] = []
         self.deletes: list[tuple[str, str, str]] = []
         self.down = False
+        self.sources: dict[tuple[str, str], Obj] = {}
 
     def _check(self) -> None:
         if self.down:
@@ -65,6 +66,10 @@ class FakeApi:
         self.pod["status"] = copy.deepcopy(new_status)
         self.pod["metadata"]["resourceVersion"] = str(int(rv) + 1)
         return copy.deepcopy(self.pod)
+
+    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
+        self._check()
+        return copy.deepcopy(self.sources.get((kind, name)))
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         self._check()
@@ -318,9 +323,13 @@ class FakeSource:
     def snapshot(self) -> dict[str, Obj]:
         return dict(self.pods)
 
+    def poke(self) -> None:
+        pass
+
 
 class FakeLease:
     epoch_changes = 0
+    on_recover = None
 
     def __init__(self) -> None:
         self.lapsed = False
@@ -392,3 +401,98 @@ def test_settings_come_from_flags_over_environment() -> None:
     assert (cfg.zone, cfg.runtime, cfg.pods_dir.name) == ("z2", "sim", "pods")
     with pytest.raises(ConfigError):
         parse(["--runtime", "crun"], env)
+
+
+# -- init containers ---------------------------------------------------------------------------
+
+
+def with_inits(policy: str = "Always", count: int = 2) -> Obj:
+    pod = make_pod(policy)
+    pod["spec"]["initContainers"] = [
+        {"name": f"init{i}", "image": "app:1", "command": ["prepare"]} for i in range(count)
+    ]
+    return pod
+
+
+def condition(h: Harness, kind: str) -> str:
+    conditions = h.api.statuses[-1]["conditions"]
+    return str(next(c["status"] for c in conditions if c["type"] == kind))
+
+
+async def test_init_containers_run_in_order_to_completion_before_the_app() -> None:
+    h = Harness(with_inits())
+    await h.step()
+    assert isinstance(h.runtime.state("u1", "init0"), Running)
+    assert h.runtime.state("u1", "init1") is None and h.state() is None
+    last = h.api.statuses[-1]
+    assert last["phase"] == "Pending" and condition(h, "Initialized") == "False"
+    assert last["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    assert [c["name"] for c in last["initContainerStatuses"]] == ["init0", "init1"]
+    h.runtime.exit("u1", "init0", 0)
+    await h.step(1.0)
+    assert isinstance(h.runtime.state("u1", "init1"), Running) and h.state() is None
+    h.runtime.exit("u1", "init1", 0)
+    await h.step(1.0)
+    assert isinstance(h.state(), Running)
+    last = h.api.statuses[-1]
+    assert last["phase"] == "Running" and condition(h, "Initialized") == "True"
+    done = [c["state"]["terminated"]["reason"] for c in last["initContainerStatuses"]]
+    assert done == ["Completed", "Completed"]
+    h.exit(1)  # the app's crash restarts the app alone; the inits are not run again
+    await h.step(1.0)
+    await h.step(10.0)
+    assert isinstance(h.state(), Running)
+    assert isinstance(h.runtime.state("u1", "init0"), Terminated)
+
+
+async def test_a_failed_init_container_is_retried_on_the_backoff() -> None:
+    h = Harness(with_inits(count=1))
+    await h.step()
+    h.runtime.exit("u1", "init0", 2)
+    await h.step(1.0)
+    status = h.api.statuses[-1]["initContainerStatuses"][0]
+    assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert h.api.phases[-1] == "Pending" and h.state() is None
+    await h.step(10.0)
+    assert isinstance(h.runtime.state("u1", "init0"), Running) and h.state() is None
+
+
+async def test_a_failed_init_container_fails_a_never_pod_without_starting_the_app() -> None:
+    h = Harness(with_inits("Never", count=1))
+    await h.step()
+    h.runtime.exit("u1", "init0", 2)
+    await h.step(1.0)
+    await h.step(60.0)
+    assert h.state() is None and h.api.phases[-1] == "Failed"
+    terminated = h.api.statuses[-1]["initContainerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 2 and terminated["reason"] == "Error"
+
+
+# -- environment and files from the objects a pod names ------------------------------------------
+
+
+async def test_a_missing_config_map_holds_the_pod_until_it_exists() -> None:
+    pod = make_pod(
+        env=[{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}}],
+        volumeMounts=[{"name": "conf", "mountPath": "/etc/app"}],
+    )
+    pod["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "cfg"}}]
+    h = Harness(pod)
+    await h.step()
+    assert h.state() is None and h.api.phases[-1] == "Pending"
+    waiting = h.container_status()["state"]["waiting"]
+    assert waiting["reason"] == "CreateContainerConfigError"
+    assert waiting["message"] == 'configmap "cfg" not found'
+    h.api.sources[("ConfigMap", "cfg")] = {"data": {"mode": "fast", "app.ini": "[app]"}}
+    await h.step(0.5)
+    assert h.state() is None  # the retry is 1 s after the failure
+    await h.step(0.5)
+    assert isinstance(h.state(), Running)
+    spec = h.worker.boxes[0].spec
+    assert spec.env["MODE"] == "fast"
+    assert spec.files == {"etc/app/mode": b"fast", "etc/app/app.ini": b"[app]"}
+    h.api.down = True  # a restart while the API is away keeps what was resolved
+    h.exit(1)
+    await h.step(1.0)
+    await h.step(10.0)
+    assert isinstance(h.state(), Running) and h.worker.boxes[0].spec.env["MODE"] == "fast"
