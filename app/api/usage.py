@@ -22,7 +22,7 @@ import contextlib
 import datetime as dt
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -44,7 +44,7 @@ NODE = BY_KIND["Node"]
 TAGS = ["Metrics"]
 
 
-def redis_url(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+def redis_url(env: Mapping[str, str] = os.environ) -> str | None:
     explicit = env.get("QM_REDIS_URL")
     if explicit is not None:
         return explicit or None

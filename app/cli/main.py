@@ -28,6 +28,8 @@ from .nodes import COMMANDS as NODE_COMMANDS
 from .nodes import add_parsers as add_node_parsers
 from .rollout import COMMANDS as ROLLOUT_COMMANDS
 from .rollout import add_parsers as add_rollout_parsers
+from .top import COMMANDS as TOP_COMMANDS
+from .top import add_parsers as add_top_parsers
 
 Obj = dict[str, Any]
 
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_node_parsers(sub, common)
     add_rollout_parsers(sub, common)
     add_log_parsers(sub, common)
+    add_top_parsers(sub, common)
     return parser
 
 
@@ -165,6 +168,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     **NODE_COMMANDS,
     **ROLLOUT_COMMANDS,
     **LOG_COMMANDS,
+    **TOP_COMMANDS,
 }
 
 
