@@ -6,6 +6,8 @@ The story: a node with 4 CPU, a production pod requesting 3 CPU and using 0.5 CP
 lends 4 + 3 - 0.5 - 0.4 = 6.1 CPU to batch and the scheduler fills it with batch pods beyond
 allocatable. Production's usage then rises to 3 CPU: the figure drops to 3.6 CPU at once and
 batch pods are evicted, lowest priority first, until the requests fit; production is untouched.
+Also: a node without recent samples lends nothing (woken by the dispatcher alone), and a status
+write that loses a race to another writer evicts nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +22,14 @@ from typing import Any
 import redis.asyncio as aioredis
 from plane import Plane, start_worker
 
+from app.core.controllers import reclaim as core
+from app.core.kinds import BY_KIND
 from app.devstack.supervise import free_port
+from app.store.db import create_pool
+from app.store.store import Store
 from app.store.usage import NodeSample, PodUsage, UsageStore
+from workers.controllers.apply import with_version
+from workers.controllers.reclaim import RACE_RETRY_SECONDS, apply, rooms
 
 NS = "reclaim"
 NODE = "n1"
@@ -151,12 +159,46 @@ def test_production_usage_rising_takes_back_what_batch_borrowed(
     assert held is not None and held[0] <= 3600
 
 
-def test_without_recent_samples_the_node_lends_nothing(plane: Plane, tmp_path: Path) -> None:
+def test_without_recent_samples_the_node_lends_nothing(plane: Plane) -> None:
+    start_worker(plane)
+    plane.start("-m", "workers.dispatch")  # no beat: the node's change alone wakes it
+    time.sleep(1.0)
     add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}})
     add_pod(plane, "web", 2000, "3", NODE)
     add_pod(plane, "b-1", 1, "500m", NODE)
     add_pod(plane, "b-2", 2, "1", NODE)
-    start_controller(plane, tmp_path)
     plane.wait(lambda: batch_allocatable(plane) is None, what="batch-allocatable removed")
     # Allocatable alone: 4.5 CPU held, 4 allowed; the lower-priority pod goes.
     plane.wait(lambda: live(plane) == {"web", "b-2"}, what="b-1 evicted")
+
+
+def test_a_status_write_that_loses_a_race_evicts_nothing(plane: Plane) -> None:
+    add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}})
+    add_pod(plane, "web", 2000, "3", NODE)
+    add_pod(plane, "b-1", 1, "1500m", NODE)
+
+    async def plan_then_apply(race: bool) -> float | None:
+        pool = await create_pool(plane.url, 1, 2)
+        try:
+            store = Store(pool)
+            node = await store.get(BY_KIND["Node"], "", NODE)
+            now = time.time()
+            plan = core.reconcile(with_version(node), await rooms(pool, NODE), [], now,
+                                  core.Config())  # fmt: skip
+            assert [e.name for e in plan.evictions] == ["b-1"] and plan.status is not None
+            if race:  # the agent writes the node's status in between
+                plane.db.execute(
+                    "UPDATE nodes SET status = status || '{\"nodeInfo\": {}}' WHERE name = %s",
+                    (NODE,),
+                )
+            return await apply(store, node, plan, now)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(plan_then_apply(race=True)) == RACE_RETRY_SECONDS
+    assert batch_allocatable(plane) == {"cpu": "6", "memory": "12Gi"}  # not overwritten
+    assert live(plane) == {"web", "b-1"}
+    asyncio.run(plan_then_apply(race=False))
+    assert batch_allocatable(plane) is None and live(plane) == {"web"}
+    status = plane.db.execute("SELECT status FROM nodes WHERE name = %s", (NODE,)).fetchone()
+    assert status is not None and status[0]["nodeInfo"] == {}  # the rest of the status kept

@@ -101,6 +101,11 @@ def room_of(r: asyncpg.Record) -> core.PodRoom:
     )
 
 
+async def rooms(pool: asyncpg.Pool, node: str) -> list[core.PodRoom]:
+    """The pods holding room on ``node``, with the requests the allocation triggers count."""
+    return [room_of(r) for r in await pool.fetch(_PODS, node)]
+
+
 async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
     del namespace  # nodes are cluster-scoped
     cfg = config_from_env()
@@ -110,7 +115,7 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
             node = await store.get(NODE, "", name)
         except NotFound:
             return None
-        pods = [room_of(r) for r in await store.pool.fetch(_PODS, name)]
+        pods = await rooms(store.pool, name)
         history = await usage_store().history(name, now - cfg.window_seconds)
         plan = core.reconcile(with_version(node), pods, [sample_of(s) for s in history], now, cfg)
         return await apply(store, node, plan, now)
