@@ -1,4 +1,5 @@
-"""The runc runtime with real runc, real overlay mounts and real cgroups.
+"""The runc runtime with real runc, real overlay mounts and real cgroups: the runtime alone,
+then a whole agent with it against a real API server.
 
 The image is a busybox root filesystem laid out per test from the host's static busybox
 (Debian's `busybox-static`, which `make deps` installs). Cgroups live under a parent named
@@ -14,15 +15,26 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.api import NAMESPACE, POD, AgentApi
+from agent.assignments import AssignmentSource
+from agent.backoff import CrashLoopBackoff
+from agent.lease import LeaseKeeper
+from agent.loop import Agent, RestPodApi
+from agent.machine import Reserve
+from agent.machine import detect as detect_machine
+from agent.node import NodeConfig, NodeStatusWriter
 from agent.runtime.base import ContainerSpec, Resources, Running, StartError, Terminated
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable, detect
 from agent.runtime.oci import ImageError
 from agent.runtime.runc import RUNC, RuncRuntime, remove_cgroup_tree
+from app.core.errors import NotFound
+from app.devstack.apiserver import ApiServer
 
 BUSYBOX = Path("/bin/busybox")
 IMAGE = "busybox:1"
@@ -131,7 +143,9 @@ async def logged(rt: RuncRuntime, pod: str, name: str, text: str, timeout: float
         await asyncio.sleep(0.02)
 
 
-async def test_exit_zero_completes_with_env_pod_files_and_output_in_the_log(runtime):
+async def test_exit_zero_completes_with_env_pod_files_and_output_in_the_log(
+    runtime: RuncRuntime,
+) -> None:
     files = {"conf/app.txt": b"from a config map"}
     script = 'echo "$GREETING $(cat conf/app.txt)"; echo to-stderr >&2; pwd; hostname; echo $$'
     running = await runtime.start(sh("app", script, files=files))
@@ -144,7 +158,7 @@ async def test_exit_zero_completes_with_env_pod_files_and_output_in_the_log(runt
     assert log[7:] == ["app", "1"]
 
 
-async def test_nonzero_exit_is_an_error_and_a_restart_is_a_new_run(runtime):
+async def test_nonzero_exit_is_an_error_and_a_restart_is_a_new_run(runtime: RuncRuntime) -> None:
     await runtime.start(sh("app", "echo run; exit 3"))
     first = runtime.container_id("p1", "app")
     state = await terminated(runtime, "p1", "app")
@@ -156,14 +170,14 @@ async def test_nonzero_exit_is_an_error_and_a_restart_is_a_new_run(runtime):
     assert (runtime.pod_dir("p1") / "app.previous.log").read_text() == "run\n"
 
 
-async def test_writes_go_to_the_run_not_to_the_image(runtime, tmp_path):
+async def test_writes_go_to_the_run_not_to_the_image(runtime: RuncRuntime, tmp_path: Path) -> None:
     await runtime.start(sh("app", "echo scribble > /etc/written; cat /etc/written"))
     assert (await terminated(runtime, "p1", "app")).exit_code == 0
     assert "scribble" in runtime.log_path("p1", "app").read_text()
     assert not (tmp_path / "images" / "busybox" / "1" / "rootfs" / "etc" / "written").exists()
 
 
-async def test_stop_sends_term_waits_the_grace_period_then_kills(runtime):
+async def test_stop_sends_term_waits_the_grace_period_then_kills(runtime: RuncRuntime) -> None:
     script = "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1 & wait $!; done"
     await runtime.start(sh("stubborn", script))
     await logged(runtime, "p1", "stubborn", "ready")
@@ -175,7 +189,9 @@ async def test_stop_sends_term_waits_the_grace_period_then_kills(runtime):
     assert runtime.log_path("p1", "stubborn").read_text().split() == ["ready", "got", "TERM"]
 
 
-async def test_a_container_that_honours_term_ends_within_the_grace_period(runtime):
+async def test_a_container_that_honours_term_ends_within_the_grace_period(
+    runtime: RuncRuntime,
+) -> None:
     script = "trap 'echo bye; exit 7' TERM; echo ready; while true; do sleep 0.1 & wait $!; done"
     await runtime.start(sh("polite", script))
     await logged(runtime, "p1", "polite", "ready")
@@ -185,7 +201,9 @@ async def test_a_container_that_honours_term_ends_within_the_grace_period(runtim
     assert state is not None and (state.exit_code, state.reason, state.signal) == (7, "Error", None)
 
 
-async def test_a_memory_hog_is_oom_killed_alone_and_its_sibling_runs_on(runtime):
+async def test_a_memory_hog_is_oom_killed_alone_and_its_sibling_runs_on(
+    runtime: RuncRuntime,
+) -> None:
     limit = Resources(memory_limit_bytes=32 * MiB)
     await runtime.start(sh("sibling", "echo up; while true; do sleep 0.1; done", resources=limit))
     # dd allocates its whole block before it reads: 256 MiB in a 32 MiB cgroup
@@ -201,7 +219,9 @@ async def test_a_memory_hog_is_oom_killed_alone_and_its_sibling_runs_on(runtime)
     assert runtime.usage("p1") is not None
 
 
-async def test_limits_are_written_to_the_containers_cgroup(runtime, cgroups):
+async def test_limits_are_written_to_the_containers_cgroup(
+    runtime: RuncRuntime, cgroups: Cgroups
+) -> None:
     res = Resources(memory_limit_bytes=48 * MiB, cpu_request_millis=250, cpu_limit_millis=500)
     await runtime.start(sh("app", "while true; do sleep 0.1; done", resources=res))
     rel = f"podp1/{runtime.container_id('p1', 'app')}"
@@ -212,7 +232,7 @@ async def test_limits_are_written_to_the_containers_cgroup(runtime, cgroups):
     assert (cgroups.bases["cpu"] / rel / "cpu.cfs_quota_us").read_text() == "50000\n"
 
 
-async def test_a_missing_image_and_a_bad_reference_are_image_errors(runtime):
+async def test_a_missing_image_and_a_bad_reference_are_image_errors(runtime: RuncRuntime) -> None:
     with pytest.raises(ImageError, match='image "nope:1" not found') as missing:
         await runtime.start(sh("app", "true", image="nope:1"))
     assert missing.value.reason == "ErrImagePull"
@@ -221,7 +241,9 @@ async def test_a_missing_image_and_a_bad_reference_are_image_errors(runtime):
     assert runtime.containers() == []
 
 
-async def test_a_missing_executable_is_a_start_error_with_runcs_reason(runtime):
+async def test_a_missing_executable_is_a_start_error_with_runcs_reason(
+    runtime: RuncRuntime,
+) -> None:
     with pytest.raises(StartError, match="no-such-binary") as failed:
         await runtime.start(spec("app", "no-such-binary"))
     assert not isinstance(failed.value, ImageError)
@@ -229,7 +251,9 @@ async def test_a_missing_executable_is_a_start_error_with_runcs_reason(runtime):
     assert list(runtime.bundles_dir("p1").iterdir()) == []
 
 
-async def test_cleanup_kills_and_removes_every_container_cgroup_bundle_and_mount(runtime):
+async def test_cleanup_kills_and_removes_every_container_cgroup_bundle_and_mount(
+    runtime: RuncRuntime,
+) -> None:
     for name in ("a", "b"):
         await runtime.start(sh(name, "while true; do sleep 0.1; done", pod="p2"))
     pids = [s.pid for n in ("a", "b") if isinstance(s := runtime.state("p2", n), Running)]
@@ -237,3 +261,88 @@ async def test_cleanup_kills_and_removes_every_container_cgroup_bundle_and_mount
     await runtime.cleanup("p2")
     assert_nothing_left(runtime, {"p2"})
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+# -- a whole agent with the runc runtime -------------------------------------------------------
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+def container_status(api: AgentApi, ns: str, name: str) -> dict[str, Any]:
+    statuses = (api.get(POD, ns, name).get("status") or {}).get("containerStatuses") or [{}]
+    return statuses[0]
+
+
+def ready(api: AgentApi, ns: str, name: str) -> bool:
+    conditions = (api.get(POD, ns, name).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def gone(api: AgentApi, ns: str, name: str) -> bool:
+    try:
+        api.get(POD, ns, name)
+    except NotFound:
+        return True
+    return False
+
+
+async def test_an_agent_runs_a_runc_pod_to_ready_probing_inside_the_container(
+    api_server: ApiServer, runtime: RuncRuntime
+) -> None:
+    api = AgentApi(api_server.url, api_server.token)
+    node, ns = f"runc-{secrets.token_hex(3)}", f"runc-{secrets.token_hex(3)}"
+    api.create(NAMESPACE, None, {"metadata": {"name": ns}})
+    machine, reserve = detect_machine(), Reserve(100, 256 << 20)
+    agent = Agent(
+        runtime,
+        RestPodApi(api),
+        AssignmentSource(api.clone(), node, watch_timeout=2),
+        LeaseKeeper(api.clone(), node),
+        machine.allocatable(reserve),
+        node_status=NodeStatusWriter(api, NodeConfig(node, reserve=reserve), machine),
+        backoff=CrashLoopBackoff(initial=0.5),
+        host_ip="127.0.0.1",
+        poll=0.1,
+        tick=0.1,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+
+    def pod(name: str, image: str, **container: Any) -> None:
+        body = {"name": "c", "image": image, "resources": {"limits": {"memory": "64Mi"}}}
+        spec = {"nodeName": node, "terminationGracePeriodSeconds": 2, "containers": [body]}
+        body.update(container)
+        api.create(POD, ns, {"metadata": {"name": name}, "spec": spec})
+
+    try:
+        # /tmp is the container's own tmpfs: the probe passes only if it runs inside
+        script = "touch /tmp/ready-inside; while true; do sleep 0.1; done"
+        probe = {"exec": {"command": ["test", "-f", "/tmp/ready-inside"]}, "periodSeconds": 1}
+        pod("web", IMAGE, command=["sh", "-c", script], readinessProbe=probe)
+        pod("ghost", "missing:1", command=["true"])
+        await wait_for(lambda: ready(api, ns, "web"))
+        assert "running" in container_status(api, ns, "web")["state"]
+        assert len(runc_ids(runtime)) == 1
+        await wait_for(
+            lambda: (
+                (container_status(api, ns, "ghost").get("state") or {})
+                .get("waiting", {})
+                .get("reason")
+                == "ErrImagePull"
+            )
+        )
+        waiting = container_status(api, ns, "ghost")["state"]["waiting"]
+        assert 'image "missing:1" not found' in waiting["message"]
+        api.delete(POD, ns, "web")
+        await wait_for(lambda: gone(api, ns, "web"))
+        assert runc_ids(runtime) == []
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        api.close()
+    assert runtime.containers() == []

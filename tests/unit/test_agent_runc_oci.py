@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,7 @@ def spec(resources: Resources = Resources()) -> ContainerSpec:
     )
 
 
-def config(resources: Resources = Resources()) -> dict:  # type: ignore[type-arg]
+def config(resources: Resources = Resources()) -> dict[str, Any]:
     return oci_config(
         spec(resources), rootfs=Path("/b/rootfs"), pod_dir=Path("/pods/u1"), cgroups="/q/podu1/x"
     )
