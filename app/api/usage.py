@@ -11,8 +11,8 @@ Under ``/apis/metrics.quaymaster.io/v1``, shaped like Kubernetes' ``metrics.k8s.
 * ``GET pods``, ``GET namespaces/{ns}/pods``, ``GET namespaces/{ns}/pods/{name}`` --
   ``PodMetrics`` with per-container figures.
 
-The Redis URL is ``QM_REDIS_URL``, else a ``redis://`` ``QM_BROKER_URL`` (the dev stack's one
-Redis); with neither (or ``QM_REDIS_URL`` set empty) every route answers 503, the rest of the
+The Redis URL is ``QM_USAGE_REDIS_URL``, else a ``redis://`` ``QM_BROKER_URL`` (the dev stack's one
+Redis); with neither (or ``QM_USAGE_REDIS_URL`` set empty) every route answers 503, the rest of the
 API is unaffected. Same authentication and fair-share slots as every other route.
 """
 
@@ -45,7 +45,7 @@ TAGS = ["Metrics"]
 
 
 def redis_url(env: Mapping[str, str] = os.environ) -> str | None:
-    explicit = env.get("QM_REDIS_URL")
+    explicit = env.get("QM_USAGE_REDIS_URL")
     if explicit is not None:
         return explicit or None
     broker = env.get("QM_BROKER_URL", "")
@@ -69,7 +69,7 @@ def store_of(request: Request[Any, Any, Any]) -> UsageStore:
     store: UsageStore | None = getattr(request.app.state, "usage", None)
     if store is None:
         raise errors.ServiceUnavailable(
-            "resource usage is not configured on this server (set QM_REDIS_URL)"
+            "resource usage is not configured on this server (set QM_USAGE_REDIS_URL)"
         )
     return store
 

@@ -219,7 +219,7 @@ class Stack:
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("QM_STREAM_DATABASE_URL", database_url)
-        env.setdefault("QM_REDIS_URL", broker_url)  # the usage store (ADR 0020)
+        env.setdefault("QM_USAGE_REDIS_URL", broker_url)  # the usage store (ADR 0020)
         # The secret the API server shows the agents' log servers (ADR 0019); one per run.
         env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
 

@@ -14,10 +14,13 @@ from app.core import errors
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({"QM_REDIS_URL": "redis://m:1/2", "QM_BROKER_URL": "redis://b:1/0"}, "redis://m:1/2"),
+        (
+            {"QM_USAGE_REDIS_URL": "redis://m:1/2", "QM_BROKER_URL": "redis://b:1/0"},
+            "redis://m:1/2",
+        ),
         ({"QM_BROKER_URL": "redis://b:1/0"}, "redis://b:1/0"),
         ({"QM_BROKER_URL": "amqp://b/"}, None),  # a broker that is not Redis stores no usage
-        ({"QM_REDIS_URL": "", "QM_BROKER_URL": "redis://b:1/0"}, None),  # explicitly off
+        ({"QM_USAGE_REDIS_URL": "", "QM_BROKER_URL": "redis://b:1/0"}, None),  # explicitly off
         ({}, None),
     ],
 )
@@ -29,4 +32,4 @@ def test_no_store_is_503() -> None:
     request: Any = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(usage=None)))
     with pytest.raises(errors.ServiceUnavailable) as caught:
         store_of(request)
-    assert caught.value.code == 503 and "QM_REDIS_URL" in caught.value.message
+    assert caught.value.code == 503 and "QM_USAGE_REDIS_URL" in caught.value.message
