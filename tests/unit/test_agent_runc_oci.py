@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent.config import container_spec, parse
 from agent.runtime.base import ContainerSpec, Resources, StartError
 from agent.runtime.cgroups import Cgroups
 from agent.runtime.oci import (
@@ -154,3 +155,16 @@ def test_cgroup_parent_is_the_one_path_every_hierarchy_shares() -> None:
     )
     with pytest.raises(ValueError, match="one cgroup path"):
         cgroup_parent(nested, MOUNTINFO)
+
+
+def test_the_agent_selects_runc_and_its_images_directory() -> None:
+    cfg = parse(["--runtime", "runc", "--images-dir", "/srv/images"], {}, hostname="n1")
+    assert (cfg.runtime, cfg.images_dir) == ("runc", Path("/srv/images"))
+    from_env = parse([], {"QM_AGENT_RUNTIME": "runc"}, hostname="n1")
+    assert (from_env.runtime, from_env.images_dir) == ("runc", None)  # <state dir>/images
+
+
+def test_a_containers_image_reaches_its_spec() -> None:
+    raw = {"name": "web", "image": "busybox:1", "command": ["sh"]}
+    assert container_spec("u1", raw).image == "busybox:1"
+    assert container_spec("u1", {"name": "web"}).image == ""
