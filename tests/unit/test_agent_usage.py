@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from agent import config
 from agent.runtime import ContainerSpec, Usage
 from agent.runtime.sim import SimRuntime
 from agent.usage import CpuRates, UsageCollector, prometheus_text, sample_body, timestamp
@@ -127,3 +128,22 @@ def test_prometheus_text() -> None:
         in text
     )
     assert prometheus_text(None) == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        ([], {}, 10.0),
+        (["--usage-interval", "2.5s"], {}, 2.5),
+        ([], {"QM_AGENT_USAGE_INTERVAL": "1"}, 1.0),
+        (["--usage-interval", "3"], {"QM_AGENT_USAGE_INTERVAL": "1"}, 3.0),
+    ],
+)
+def test_usage_interval_setting(argv: list[str], env: dict[str, str], expected: float) -> None:
+    assert config.parse(argv, env, hostname="h").usage_interval == expected
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "often", "7200"])
+def test_bad_usage_interval(value: str) -> None:
+    with pytest.raises(config.ConfigError, match="usage interval"):
+        config.parse(["--usage-interval", value], {}, hostname="h")
