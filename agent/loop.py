@@ -129,6 +129,7 @@ class Agent:
         self.done: set[str] = set()  # stopped for good here; never started again
         self.refused: set[str] = set()
         self._epoch_changes = 0
+        self._swept = False
         self.server: AgentServer | None = None  # logs, metrics (ADR 0019); set by build()
         self.usage: UsageCollector | None = None  # usage samples (ADR 0020); set by build()
 
@@ -136,6 +137,11 @@ class Agent:
 
     async def reconcile(self) -> None:
         desired = self.source.snapshot()
+        if self.source.listed and not self._swept:  # adopted pods no longer assigned here
+            self._swept = True
+            for uid in {u for u, _ in self.runtime.containers()} - desired.keys():
+                log.info("pod %s: adopted but no longer assigned here; stopping it", uid)
+                await self.runtime.cleanup(uid)
         if self.source.listed:  # before the first list, an empty map means "unknown"
             for uid, running in self.workers.items():
                 if uid not in desired:
@@ -228,7 +234,13 @@ class Agent:
 
     async def run(self, stop: asyncio.Event, *, stop_pods: bool = True) -> None:
         """Register, start the lease and assignment threads, reconcile until ``stop``; then
-        stop the threads and (``stop_pods``) every pod this agent runs."""
+        stop the threads and (``stop_pods``) every pod this agent runs.
+
+        Containers an earlier run of the agent left running are adopted first: their pods'
+        workers carry on with them instead of starting copies."""
+        adopt = getattr(self.runtime, "adopt", None)
+        if adopt is not None and (adopted := adopt()):
+            log.info("adopted %d running containers", len(adopted))
         if self.server is not None:  # first, so the node's first status carries its port
             port = await self.server.start()
             if self.node_status is not None:
@@ -273,6 +285,8 @@ class Agent:
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         for uid in {uid for uid, _ in self.runtime.containers()}:
             await self.runtime.cleanup(uid)
+        if (close := getattr(self.runtime, "close", None)) is not None:
+            close()  # the agent's parent cgroups, once empty
 
 
 def build(cfg: agent_config.AgentConfig) -> Agent:

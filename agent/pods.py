@@ -31,7 +31,7 @@ from agent.backoff import CrashLoopBackoff
 from agent.config import container_spec, grace_seconds, pre_stop_action, restarts
 from agent.probe_exec import ProbeContext, run_probe
 from agent.probes import Action, Outcome, ProbeKind, ProbeResult, ProbeSpec, Restart, Ticket
-from agent.runtime import ContainerSpec, Runtime, StartError, Terminated
+from agent.runtime import ContainerSpec, Running, Runtime, StartError, Terminated
 from app.core.errors import Conflict, NotFound, StatusError
 
 log = logging.getLogger(__name__)
@@ -264,6 +264,9 @@ class PodWorker:
         other container starts. A failed one is restarted on the crash-loop backoff, or, with
         ``restartPolicy: Never``, fails the pod."""
         policy = "Never" if self.policy == "Never" else "OnFailure"
+        if any(isinstance(self.runtime.state(self.uid, b.spec.name), Running) for b in self.boxes):
+            self.initialized = True  # adopted after a restart of the agent: inits ran before
+            return
         for box in self.inits:
             self._observe(box, now, policy)
             if box.done:
@@ -310,6 +313,10 @@ class PodWorker:
             return False
         if self.at_most_one and not self.lease_ok:
             return False  # no renewed lease, no at-most-one pod
+        current = None if box.ran else self.runtime.state(self.uid, box.spec.name)
+        if isinstance(current, Running):
+            self._adopt(box, current, now)
+            return True
         try:
             running = await self.runtime.start(box.spec)
         except StartError as exc:
@@ -329,6 +336,26 @@ class PodWorker:
         )
         box.ran, box.started_mono, box.restart_due = True, now, None
         return True
+
+    def _adopt(self, box: _Box, running: Running, now: float) -> None:
+        """Carry on with a container an earlier run of the agent started: its restart count
+        comes from the status that run wrote; its probes start afresh."""
+        key = "initContainerStatuses" if box in self.inits else "containerStatuses"
+        written = (self.pod.get("status") or {}).get(key) or []
+        restarts = next(
+            (c.get("restartCount", 0) for c in written if c.get("name") == box.spec.name), 0
+        )
+        box.cp = probes.start(box.probe_specs, now)
+        box.view = dataclasses.replace(
+            box.view,
+            state=status.Running(running.started_at.timestamp()),
+            restart_count=int(restarts or 0),
+            ready=box.cp.ready,
+            started=box.cp.started,
+            container_id=f"{self.runtime.name}://{running.pid}",
+        )
+        box.ran, box.started_mono, box.restart_due = True, now, None
+        log.info("pod %s/%s: adopted container %s", self.namespace, self.name, box.spec.name)
 
     # -- probes ----------------------------------------------------------------------------------
 

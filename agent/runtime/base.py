@@ -25,7 +25,8 @@ Clock: TypeAlias = Callable[[], dt.datetime]
 REASON_COMPLETED: Final = "Completed"
 REASON_ERROR: Final = "Error"
 REASON_OOM_KILLED: Final = "OOMKilled"
-Reason: TypeAlias = Literal["Completed", "Error", "OOMKilled"]
+REASON_UNKNOWN: Final = "ContainerStatusUnknown"  # ended while no agent was watching it
+Reason: TypeAlias = Literal["Completed", "Error", "OOMKilled", "ContainerStatusUnknown"]
 
 
 def utc_now() -> dt.datetime:

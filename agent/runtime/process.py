@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from agent import logs
 from agent.runtime.base import (
+    REASON_UNKNOWN,
     Clock,
     ContainerSpec,
     ContainerState,
@@ -52,10 +54,44 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (None if it is gone or a zombie): with
+    the pid, it names one process for good, whatever pids are reused later."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+class _Adopted:
+    """A container's main process that an earlier run of the agent started. It is not this
+    agent's child, so it is watched through /proc, and how it ends is not known: its exit is
+    reported as `ContainerStatusUnknown` (exit code 137, as Kubernetes reports a container it
+    lost track of)."""
+
+    def __init__(self, pid: int, ticks: int) -> None:
+        self.pid, self.ticks = pid, ticks
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and start_ticks(self.pid) != self.ticks:
+            self.returncode = 137
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 @dataclass
 class _Proc:
     spec: ContainerSpec
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | _Adopted
     started_at: dt.datetime
     cgroup: str | None
     terminated: Terminated | None = None
@@ -148,7 +184,59 @@ class ProcessRuntime:
                 raise StartError(f"cannot start {spec.command[0]}: {exc}") from exc
         proc = _Proc(spec, popen, self._clock(), cgroup)
         self._procs[spec.key] = proc
+        self._record(proc)
         return Running(pid=popen.pid, started_at=proc.started_at)
+
+    # -- surviving a restart of the agent ------------------------------------------------------
+
+    def _record_path(self, pod_uid: str, name: str) -> Path:
+        return self.root_dir / ".runs" / f"{pod_uid}.{name}.json"
+
+    def _record(self, proc: _Proc) -> None:
+        """Note the run outside the pod's directory, so a restarted agent can adopt it."""
+        ticks = start_ticks(proc.popen.pid)
+        if ticks is None:
+            return  # already gone: nothing to adopt
+        record = {
+            "pod_uid": proc.spec.pod_uid,
+            "name": proc.spec.name,
+            "pid": proc.popen.pid,
+            "ticks": ticks,
+            "started_at": proc.started_at.isoformat(),
+            "cgroup": proc.cgroup,
+        }
+        path = self._record_path(proc.spec.pod_uid, proc.spec.name)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record))
+
+    def adopt(self) -> list[tuple[str, str]]:
+        """Take over the containers an earlier run of the agent started and that still run
+        (same pid, same start time); forget the records of the others. Call once, before the
+        first `start`. The keys adopted."""
+        adopted: list[tuple[str, str]] = []
+        for path in sorted((self.root_dir / ".runs").glob("*.json")):
+            try:
+                r = json.loads(path.read_text())
+                pid, ticks, key = int(r["pid"]), int(r["ticks"]), (r["pod_uid"], r["name"])
+                started = dt.datetime.fromisoformat(r["started_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)
+                continue
+            if start_ticks(pid) != ticks or key in self._procs:
+                path.unlink(missing_ok=True)
+                continue
+            spec = ContainerSpec(pod_uid=key[0], name=key[1], command=())
+            self._procs[key] = _Proc(spec, _Adopted(pid, ticks), started, r.get("cgroup"))
+            adopted.append(key)
+        return adopted
+
+    def close(self) -> None:
+        """Remove this agent's parent cgroups once no container is left in them (the agent
+        stops; pods it leaves running keep theirs)."""
+        if self.cgroups is not None and not self._procs and not self.cgroups.pids(""):
+            with contextlib.suppress(OSError, TimeoutError):
+                self.cgroups.remove("")
 
     @staticmethod
     def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
@@ -182,9 +270,10 @@ class ProcessRuntime:
         if self.cgroups is not None and proc.cgroup is not None:
             oom = self.cgroups.oom_killed(proc.cgroup, sigkilled=signum == signal.SIGKILL)
         self._kill_leftovers(proc)
+        unknown = isinstance(proc.popen, _Adopted) and not oom
         proc.terminated = Terminated(
             exit_code=code,
-            reason=exit_reason(code, oom),
+            reason=REASON_UNKNOWN if unknown else exit_reason(code, oom),
             started_at=proc.started_at,
             finished_at=finished_at,
             signal=signum,
@@ -240,3 +329,5 @@ class ProcessRuntime:
         if self.cgroups is not None and self.cgroups.exists(pod_cgroup(pod_uid)):
             self.cgroups.remove(pod_cgroup(pod_uid))
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
+        for record in (self.root_dir / ".runs").glob(f"{pod_uid}.*.json"):
+            record.unlink(missing_ok=True)
