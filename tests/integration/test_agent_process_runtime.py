@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.logs import previous_log_path
 from agent.runtime.base import ContainerSpec, Resources, Running, StartError, Terminated
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable, detect
 from agent.runtime.process import ProcessRuntime, container_cgroup
@@ -109,13 +110,14 @@ async def test_exit_zero_completes_with_env_files_and_both_streams_in_the_log(ru
     assert str(runtime.pod_dir("p1")) in log
 
 
-async def test_nonzero_exit_is_an_error_and_a_restart_appends_to_the_log(runtime):
-    await runtime.start(spec("p1", "app", "print('run'); raise SystemExit(3)"))
+async def test_nonzero_exit_is_an_error_and_a_restart_keeps_the_last_run_as_previous(runtime):
+    await runtime.start(spec("p1", "app", "print('run 1'); raise SystemExit(3)"))
     state = await terminated(runtime, "p1", "app")
     assert (state.exit_code, state.reason) == (3, "Error")
-    await runtime.start(spec("p1", "app", "print('run'); raise SystemExit(3)"))
+    await runtime.start(spec("p1", "app", "print('run 2'); raise SystemExit(3)"))
     await terminated(runtime, "p1", "app")
-    assert runtime.log_path("p1", "app").read_text().count("run") == 2
+    assert runtime.log_path("p1", "app").read_text() == "run 2\n"
+    assert previous_log_path(runtime.pod_dir("p1"), "app").read_text() == "run 1\n"  # ADR 0019
 
 
 async def test_start_errors_are_reported_before_anything_runs(runtime):
