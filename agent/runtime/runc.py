@@ -302,6 +302,13 @@ class RuncRuntime:
         shutil.rmtree(self.bundles_dir(pod_uid), ignore_errors=True)
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
 
+    def close(self) -> None:
+        """Remove this agent's parent cgroups (in every hierarchy) once no container is left."""
+        if not self._runs and not self.cgroups.pids(""):
+            with contextlib.suppress(OSError):
+                for directory in self.hierarchy_dirs(""):
+                    remove_cgroup_tree(directory, timeout=1.0)
+
     def hierarchy_dirs(self, rel: str) -> list[Path]:
         """`rel` under the parent in every mounted cgroup hierarchy, where runc creates it."""
         mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())

@@ -32,7 +32,7 @@ from agent.node import NodeConfig, NodeStatusWriter
 from agent.runtime.base import ContainerSpec, Resources, Running, StartError, Terminated
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable, detect
 from agent.runtime.oci import ImageError
-from agent.runtime.runc import RUNC, RuncRuntime, remove_cgroup_tree
+from agent.runtime.runc import RUNC, RuncRuntime
 from app.core.errors import NotFound
 from app.devstack.apiserver import ApiServer
 
@@ -88,8 +88,8 @@ async def runtime(tmp_path: Path, cgroups: Cgroups) -> AsyncIterator[RuncRuntime
     for pod in pods:
         await rt.cleanup(pod)
     assert_nothing_left(rt, pods)
-    for directory in rt.hierarchy_dirs(""):
-        remove_cgroup_tree(directory)
+    rt.close()
+    assert not any(d.exists() for d in rt.hierarchy_dirs(""))
 
 
 def runc_ids(rt: RuncRuntime) -> list[str]:
