@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 10250
 FOLLOW_POLL = 0.2
 MAX_HEADER_BYTES = 16 * 1024
+HEAD_TIMEOUT = 10.0  # a client that sends no request in time is dropped
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             405: "Method Not Allowed", 500: "Internal Server Error"}  # fmt: skip
 _STATUS_REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound",
@@ -105,6 +106,11 @@ class AgentServer:
         self._clients: set[asyncio.Task[None]] = set()
         self._rotation: asyncio.Task[None] | None = None
 
+    @property
+    def connections(self) -> int:
+        """Requests being served now (a follow counts until its client or run goes)."""
+        return len(self._clients)
+
     def add_metrics(self, producer: Callable[[], str]) -> None:
         """Register a producer of Prometheus text lines served on ``/metrics``."""
         self._metrics.append(producer)
@@ -138,7 +144,12 @@ class AgentServer:
         self._clients.add(task)
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (
+            ConnectionError,
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+        ):
             pass
         except HttpError as exc:
             with contextlib.suppress(ConnectionError):
@@ -150,7 +161,7 @@ class AgentServer:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         if len(head) > MAX_HEADER_BYTES:
             raise HttpError(400, "request head too large")
         request_line, *header_lines = head.decode("latin-1").split("\r\n")

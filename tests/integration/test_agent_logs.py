@@ -185,6 +185,33 @@ async def test_follow_sees_a_later_line_and_ends_with_the_run(node: Node, tmp_pa
     await asyncio.to_thread(thread.join, 5)
 
 
+async def test_a_client_leaving_a_follow_closes_it_on_the_agent(node: Node) -> None:
+    assert node.agent.server is not None
+    server = node.agent.server
+    node.create("ticker", sh("while true; do echo tick; sleep 0.1; done"))
+    await wait_for(says(node, "ticker", "tick"))
+    idle = server.connections
+    got: list[bytes] = []
+    leave = threading.Event()
+
+    def follow() -> None:
+        with httpx.stream("GET", node.log_url("ticker"), params={"follow": "true"},
+                          headers={"Authorization": f"Bearer {node.server.token}"},
+                          timeout=httpx.Timeout(30, read=None)) as resp:  # fmt: skip
+            for chunk in resp.iter_raw():
+                got.append(chunk)
+                if leave.is_set():
+                    return  # closes the connection to the API server
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    await wait_for(lambda: b"".join(got).count(b"tick") >= 3)
+    assert server.connections == idle + 1  # the API server holds one follow on the agent
+    leave.set()
+    await asyncio.to_thread(thread.join, 10)
+    await wait_for(lambda: server.connections == idle, timeout=10)
+
+
 async def test_previous_shows_the_run_before_a_crash(node: Node) -> None:
     script = ('n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; '
               'echo "run $n"; [ $n -ge 2 ] && exec sleep 60; exit 3')  # fmt: skip
