@@ -82,15 +82,21 @@ class RestPodApi:
         await asyncio.to_thread(self.api.request, "DELETE", url, body=body)
 
 
-def probe_context_for(runtime: Runtime) -> Callable[[ContainerSpec], ProbeContext]:
-    """Exec probes run as the container would: its env, and its pod directory as cwd."""
+def probe_context_for(
+    runtime: Runtime, host: str = "127.0.0.1"
+) -> Callable[[ContainerSpec], ProbeContext]:
+    """Exec probes run as the container would: its env, and its pod directory as cwd. HTTP
+    and TCP probes without a host of their own dial the pod's address, which is the node's."""
+    host = host or "127.0.0.1"
     if isinstance(runtime, ProcessRuntime):
         rt = runtime
-        return lambda s: ProbeContext(env=container_env(s.env), cwd=str(rt.pod_dir(s.pod_uid)))
+        return lambda s: ProbeContext(
+            env=container_env(s.env), cwd=str(rt.pod_dir(s.pod_uid)), host=host
+        )
     if isinstance(runtime, RuncRuntime):  # inside the container, with its env and cwd
         rc = runtime
-        return lambda s: ProbeContext(exec_prefix=rc.exec_prefix(s.pod_uid, s.name))
-    return lambda s: ProbeContext(env=container_env(s.env))
+        return lambda s: ProbeContext(exec_prefix=rc.exec_prefix(s.pod_uid, s.name), host=host)
+    return lambda s: ProbeContext(env=container_env(s.env), host=host)
 
 
 def _deleting(pod: Obj) -> bool:
@@ -123,7 +129,7 @@ class Agent:
         self.backoff = CrashLoopBackoff() if backoff is None else backoff  # it has a len()
         self.clocks = clocks or Clocks()
         self.prober, self.host_ip, self.poll, self.tick = prober, host_ip, poll, tick
-        self.probe_context = probe_context_for(runtime)
+        self.probe_context = probe_context_for(runtime, host_ip)
         self.workers: dict[str, PodWorker] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.done: set[str] = set()  # stopped for good here; never started again

@@ -238,14 +238,16 @@ class PodWorker:
             fetched: dict[sources.Key, Obj | None] = {}
             for kind, name in sorted(sources.references(self.pod)):
                 fetched[(kind, name)] = await self.api.get_source(kind, self.namespace, name)
-            resolved = [
-                dataclasses.replace(
+            resolved = []
+            for box in self.all_boxes:
+                env = sources.environment(self.pod, box.raw, fetched, self.host_ip)
+                spec = dataclasses.replace(
                     box.spec,
-                    env=sources.environment(self.pod, box.raw, fetched, self.host_ip),
+                    command=[sources.expand(arg, env) for arg in box.spec.command],
+                    env=env,
                     files={**box.spec.files, **sources.files(self.pod, box.raw, fetched)},
                 )
-                for box in self.all_boxes
-            ]
+                resolved.append(spec)
         except (sources.SourceError, Unreachable, StatusError) as exc:
             self._resolve_failures += 1
             self._resolve_due = now + min(30.0, 2.0 ** (self._resolve_failures - 1))

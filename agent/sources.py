@@ -35,6 +35,19 @@ Fetched = Mapping[Key, Obj | None]  # None: looked up and not found
 
 CONFIG_MAP, SECRET = "ConfigMap", "Secret"
 _FIELD = re.compile(r"^metadata\.(labels|annotations)\['([^']*)'\]$")
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion in ``command``, ``args`` and ``env`` values: a defined
+    variable is replaced, an undefined reference is left as written, ``$$`` is a literal ``$``."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _REFERENCE.sub(one, text)
 
 
 class SourceError(Exception):
@@ -172,7 +185,7 @@ def environment(
     for var in container.get("env") or []:
         name, source = str(var["name"]), var.get("valueFrom")
         if not source:
-            env[name] = str(var.get("value", ""))
+            env[name] = expand(str(var.get("value", "")), env)  # earlier variables only
             continue
         value: str | None
         if ref := source.get("configMapKeyRef"):

@@ -98,6 +98,10 @@ COMPONENTS: tuple[Component, ...] = (
                 f"{{state}}/agent-{zone}",
                 "--port",  # each agent's log server needs its own port on one host
                 str(10250 + i),
+                "--node-ip",  # each machine its own address: pods may all listen on one port
+                f"127.0.0.{i + 1}",
+                "--address",
+                f"127.0.0.{i + 1}",
             ),
             requires="agent",
         )

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -59,6 +61,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert got.returncode == 0, got.stderr
         assert "default" in got.stdout
         _a_pod_runs_on_a_local_agent(qm_env)
+        _the_example_service_runs(qm_env)
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
@@ -105,3 +108,31 @@ def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
             return
         assert time.monotonic() < deadline, got
         time.sleep(0.5)
+
+
+def _the_example_service_runs(env: dict[str, str]) -> None:
+    """The example service from ``examples/`` runs as the README says: three ready replicas
+    in three zones, each answering HTTP on its node's address, their logs readable by qm."""
+    _qm(env, "apply", "-f", str(ROOT / "examples" / "00-namespace.yaml"))
+    _qm(env, "apply", "-f", str(ROOT / "examples" / "10-web.yaml"))
+    deadline = time.monotonic() + 120
+    while True:
+        items = json.loads(_qm(env, "get", "pods", "-n", "shop", "-o", "json"))["items"]
+        ready = [p for p in items if _ready(p)]
+        if len(ready) == 3:
+            break
+        assert time.monotonic() < deadline, json.dumps(items)[:3000]
+        time.sleep(1.0)
+    assert {p["spec"]["nodeName"] for p in ready} == {"local-a", "local-b", "local-c"}
+    for pod in ready:
+        url = f"http://{pod['status']['podIP']}:8000/"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert answer.status == 200
+    name = ready[0]["metadata"]["name"]
+    logged = _qm(env, "logs", name, "-n", "shop", "--tail", "5")
+    assert '"GET / HTTP/1.1" 200' in logged, logged
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.sources import SourceError, environment, files, references
+from agent.sources import SourceError, environment, expand, files, references
 
 Obj = dict[str, Any]
 
@@ -188,3 +188,30 @@ def test_a_missing_volume_object_is_an_error_unless_optional() -> None:
     container = {"name": "app", "volumeMounts": [{"name": "v", "mountPath": "/s"}]}
     with pytest.raises(SourceError, match='secret "absent" not found'):
         files(pod, container, {("Secret", "absent"): None})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("--bind=$(POD_IP)", "--bind=10.0.0.7"),
+        ("$(POD_IP):$(PORT)", "10.0.0.7:8000"),
+        ("$(MISSING) stays", "$(MISSING) stays"),
+        ("$$(POD_IP) is escaped", "$(POD_IP) is escaped"),
+        ("$HOME and $(", "$HOME and $("),
+    ],
+)
+def test_dollar_references_expand_like_kubernetes(text: str, expected: str) -> None:
+    assert expand(text, {"POD_IP": "10.0.0.7", "PORT": "8000"}) == expected
+
+
+def test_env_values_see_only_earlier_variables() -> None:
+    container = {
+        "name": "app",
+        "env": [
+            {"name": "URL", "value": "http://$(HOST):80"},  # HOST is defined later: kept
+            {"name": "HOST", "value": "db"},
+            {"name": "DSN", "value": "pg://$(HOST)/app"},
+        ],
+    }
+    env = environment(POD, container, FETCHED)
+    assert env == {"URL": "http://$(HOST):80", "HOST": "db", "DSN": "pg://db/app"}
