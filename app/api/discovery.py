@@ -15,16 +15,31 @@ from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
 from app.store.tokens import User
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+METRICS_GROUP = f"metrics.{GROUP}"  # usage figures, served from the usage store (ADR 0020)
+POD_SUBRESOURCES = (("pods/log", ["get"]), ("pods/eviction", ["create"]))
 
 
-def group() -> dict[str, Any]:
-    gv = {"groupVersion": API_VERSION, "version": VERSION}
+def group(name: str = GROUP) -> dict[str, Any]:
+    gv = {"groupVersion": f"{name}/{VERSION}", "version": VERSION}
     return {
         "kind": "APIGroup",
         "apiVersion": "v1",
-        "name": GROUP,
+        "name": name,
         "versions": [gv],
         "preferredVersion": gv,
+    }
+
+
+def metrics_resources() -> dict[str, Any]:
+    items = [
+        {"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics"},
+        {"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics"},
+    ]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{METRICS_GROUP}/{VERSION}",
+        "resources": [{**item, "verbs": ["get", "list"]} for item in items],
     }
 
 
@@ -51,6 +66,12 @@ def resources() -> dict[str, Any]:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if k.kind == "Pod":
+            for name, verbs in POD_SUBRESOURCES:
+                items.append(
+                    {"name": name, "singularName": "", "namespaced": True, "kind": k.kind}
+                    | {"verbs": verbs}
+                )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -62,7 +83,8 @@ def resources() -> dict[str, Any]:
 @get("/apis", operation_id="getAPIGroups", tags=["discovery"])
 async def apis(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group()]})
+        groups = [group(), group(METRICS_GROUP)]
+        return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
     return await guarded(request, run)
 
@@ -79,6 +101,22 @@ async def api_group(request: Request[Any, Any, Any]) -> Response[Any]:
 async def api_resources(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
         return json_response(resources())
+
+    return await guarded(request, run)
+
+
+@get(f"/apis/{METRICS_GROUP}", operation_id="getMetricsAPIGroup", tags=["discovery"])
+async def metrics_group(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        return json_response(group(METRICS_GROUP))
+
+    return await guarded(request, run)
+
+
+@get(f"/apis/{METRICS_GROUP}/{VERSION}", operation_id="getMetricsAPIResources", tags=["discovery"])
+async def metrics_api_resources(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        return json_response(metrics_resources())
 
     return await guarded(request, run)
 
@@ -143,4 +181,16 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HANDLERS = [apis, api_group, api_resources, version, healthz, livez, readyz, openapi_v3, metrics]
+HANDLERS = [
+    apis,
+    api_group,
+    api_resources,
+    metrics_group,
+    metrics_api_resources,
+    version,
+    healthz,
+    livez,
+    readyz,
+    openapi_v3,
+    metrics,
+]

@@ -15,6 +15,13 @@ def test_discovery_lists_every_kind_and_its_subresources(api_server) -> None:  #
     assert names["nodes"]["namespaced"] is False
     assert "pods/status" in names and "configmaps/status" not in names
     assert names["deployments"]["shortNames"] == ["deploy"]
+    assert names["pods/log"]["verbs"] == ["get"] and names["pods/eviction"]["verbs"] == ["create"]
+    assert groups["groups"][1]["name"] == "metrics.quaymaster.io"
+    metrics = httpx.get(f"{api_server.url}/apis/metrics.quaymaster.io/v1", headers=h).json()
+    assert {r["name"]: r["kind"] for r in metrics["resources"]} == {
+        "nodes": "NodeMetrics",
+        "pods": "PodMetrics",
+    }
 
 
 def test_openapi_document_and_docs_ui(api_server) -> None:  # type: ignore[no-untyped-def]
