@@ -1,0 +1,280 @@
+"""Hollow nodes: thousands of simulated agents in one process, for scale tests.
+
+A real agent holds a thread per lease keeper and a synchronous client; ten thousand of those
+cannot share a process. A hollow node makes the same API calls a real agent makes, with the
+same pure builders and in the same order, from asyncio over one shared ``httpx.AsyncClient``
+(an HTTP/1.1 keep-alive pool):
+
+* registration as :class:`agent.node.NodeStatusWriter` does it: ``GET`` the node, ``POST`` it
+  with :func:`agent.node.labels_for` if missing, then ``GET`` + ``PUT .../status`` with
+  :func:`agent.node.desired_status`; then the lease ``POST`` built by :func:`agent.lease.renewed`
+  (creating the lease namespace on the first ``404``, as the lease keeper does);
+* renewal as :class:`agent.lease.LeaseKeeper` does it: a ``PUT`` of :func:`agent.lease.renewed`
+  conditional on the resourceVersion last written, and on a conflict one re-read and retry;
+* the 5-minute full status rewrite (``GET`` + conditional ``PUT .../status``);
+* pods run by the real :class:`agent.pods.PodWorker` on the ``sim`` runtime, whose status
+  writes go through :class:`AsyncPodApi` (a start costs two writes: Running, then Ready).
+
+Probes of hollow pods succeed at once (:func:`always_succeeds`): nothing runs to probe.
+Who runs the nodes and when is the caller's business (``bench/agents``, the hollow tests);
+:func:`due_slots` is the pure schedule that spreads ``n`` periodic calls evenly over a period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agent.api import LEASE, NAMESPACE, NODE, POD, Unreachable, path, status_error
+from agent.backoff import CrashLoopBackoff
+from agent.lease import LEASE_NAMESPACE, LEASE_SECONDS, renewed
+from agent.machine import Machine, Reserve, Resources
+from agent.node import NodeConfig, desired_status, labels_for
+from agent.pods import PodWorker
+from agent.probe_exec import ProbeContext
+from agent.probes import Action, Outcome, ProbeResult
+from agent.runtime.sim import SimRuntime
+from app.core.errors import AlreadyExists, Conflict, NotFound
+from app.core.kinds import BY_KIND, Kind
+
+Obj = dict[str, Any]
+HOLLOW_VERSION = "quaymaster-agent/1 (hollow)"
+GIB = 2**30
+
+
+class AsyncApi:
+    """The agent client's requests (:class:`agent.api.AgentApi`) on a shared async client.
+
+    ``codes`` counts every answer by HTTP status (``"unreachable"`` for transport errors), so
+    a benchmark can report errors by kind without wrapping each call. At most ``inflight``
+    requests are handed to the client at once: httpcore's pool scans every connection for
+    every queued request, so a queue much longer than the pool costs the caller's CPU
+    quadratically; keeping the queue here keeps that cost flat."""
+
+    def __init__(self, client: httpx.AsyncClient, inflight: int = 32) -> None:
+        self.client = client
+        self.codes: Counter[str] = Counter()
+        self._gate = asyncio.Semaphore(inflight)
+
+    async def request(self, method: str, url: str, body: Any = None) -> Any:
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        content = json.dumps(body).encode() if body is not None else None
+        try:
+            async with self._gate:
+                resp = await self.client.request(method, url, content=content, headers=headers)
+        except httpx.TransportError as exc:
+            self.codes["unreachable"] += 1
+            raise Unreachable(f"{method} {url}: {exc!r}") from exc
+        self.codes[str(resp.status_code)] += 1
+        if resp.status_code >= 400:
+            try:
+                err_body: Any = resp.json()
+            except ValueError:
+                err_body = {"message": resp.text.strip()[:500]}
+            raise status_error(err_body, resp.status_code)
+        return resp.json() if resp.content else {}
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
+        obj: Obj = await self.request("GET", path(kind, namespace, name))
+        return obj
+
+    async def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
+        obj: Obj = await self.request("POST", path(kind, namespace), body)
+        return obj
+
+    async def replace(self, kind: Kind, namespace: str | None, body: Obj, sub: str = "") -> Obj:
+        name = str(body["metadata"]["name"])
+        obj: Obj = await self.request("PUT", path(kind, namespace, name, sub), body)
+        return obj
+
+
+def hollow_machine(name: str, cpus: int = 32, memory_gib: int = 128, pods: int = 110) -> Machine:
+    """A made-up machine: what a hollow node reports as capacity and nodeInfo."""
+    info = {
+        "machineID": name,
+        "kernelVersion": "hollow",
+        "osImage": "hollow",
+        "operatingSystem": "linux",
+        "architecture": "amd64",
+        "agentVersion": HOLLOW_VERSION,
+    }
+    return Machine(name, Resources(cpus * 1000, memory_gib * GIB, pods), info)
+
+
+@dataclass
+class HollowNode:
+    """One simulated agent's node, lease and status; every method is one agent action."""
+
+    cfg: NodeConfig
+    api: AsyncApi
+    machine: Machine
+    lease: Obj | None = field(default=None, repr=False)
+    node: Obj | None = field(default=None, repr=False)
+    renewals: int = 0
+    conflicts: int = 0
+    status_writes: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    async def register(self, wall: float) -> None:
+        """Create the node if missing, write its full status, create or read its lease."""
+        try:
+            self.node = await self.api.get(NODE, None, self.name)
+        except NotFound:
+            body = {
+                "metadata": {"name": self.name, "labels": labels_for(self.cfg, self.name)},
+                "spec": {},
+            }
+            try:
+                self.node = await self.api.create(NODE, None, body)
+            except AlreadyExists:
+                self.node = await self.api.get(NODE, None, self.name)
+        await self.write_status(wall)
+        await self._create_lease(wall)
+
+    async def _create_lease(self, wall: float) -> None:
+        body = renewed(None, self.name, wall, LEASE_SECONDS)
+        try:
+            self.lease = await self.api.create(LEASE, LEASE_NAMESPACE, body)
+        except NotFound:  # the lease namespace: the first agent of a cluster makes it
+            with contextlib.suppress(AlreadyExists):
+                await self.api.create(NAMESPACE, None, {"metadata": {"name": LEASE_NAMESPACE}})
+            self.lease = await self.api.create(LEASE, LEASE_NAMESPACE, body)
+        except AlreadyExists:
+            self.lease = await self.api.get(LEASE, LEASE_NAMESPACE, self.name)
+
+    async def renew(self, wall: float) -> None:
+        """One renewal: the conditional PUT, and after a lost race one re-read and retry.
+        Raises ``StatusError`` or ``Unreachable`` as the lease keeper sees them."""
+        for attempt in range(2):
+            if self.lease is None:
+                self.lease = await self.api.get(LEASE, LEASE_NAMESPACE, self.name)
+            body = renewed(self.lease, self.name, wall, LEASE_SECONDS)
+            try:
+                self.lease = await self.api.replace(LEASE, LEASE_NAMESPACE, body)
+            except Conflict:
+                self.conflicts += 1
+                self.lease = None  # someone else wrote (the controller): keep their epoch
+                if attempt:
+                    raise
+                continue
+            self.renewals += 1
+            return
+
+    async def write_status(self, wall: float, retries: int = 5) -> None:
+        """The full status rewrite: re-read the node, write Ready=True and capacity on top."""
+        for _ in range(retries):
+            node = await self.api.get(NODE, None, self.name)
+            current = node.get("status") or {}
+            status = desired_status(current, self.machine, self.cfg.reserve, wall)
+            try:
+                self.node = await self.api.replace(NODE, None, {**node, "status": status}, "status")
+            except Conflict:
+                continue
+            self.status_writes += 1
+            return
+        raise Conflict(f"node {self.name}: status lost {retries} races in a row")
+
+
+def hollow_nodes(
+    api: AsyncApi, prefix: str, count: int, zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
+) -> list[HollowNode]:
+    """``count`` hollow nodes named ``<prefix>-00000`` ..., round-robin over ``zones``."""
+    width = max(5, len(str(count - 1)))
+    nodes = []
+    for i in range(count):
+        name = f"{prefix}-{i:0{width}d}"
+        cfg = NodeConfig(name, zones[i % len(zones)], "hollow", reserve=Reserve())
+        nodes.append(HollowNode(cfg, api, hollow_machine(name)))
+    return nodes
+
+
+# ---------------------------------------------------------------------------- pods
+
+
+class AsyncPodApi:
+    """:class:`agent.pods.PodApi` over :class:`AsyncApi`: the same requests as the real
+    agent's :class:`agent.loop.RestPodApi`, without a thread per call."""
+
+    def __init__(self, api: AsyncApi) -> None:
+        self.api = api
+
+    async def get(self, namespace: str, name: str) -> Obj:
+        return await self.api.get(POD, namespace, name)
+
+    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
+        ns = str(pod["metadata"].get("namespace") or "")
+        return await self.api.replace(POD, ns, {**pod, "status": new_status}, "status")
+
+    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        await self.api.request("DELETE", path(POD, namespace, name), body)
+
+    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self.api.get(BY_KIND[kind], namespace, name)
+        except NotFound:
+            return None
+
+
+async def always_succeeds(action: Action, timeout: float, ctx: ProbeContext) -> ProbeResult:
+    """A hollow pod's probe: nothing runs, so every probe passes."""
+    return ProbeResult(Outcome.SUCCESS, "hollow")
+
+
+def hollow_pod(name: str, node: str, ready_after: int = 1) -> Obj:
+    """A pod bound to ``node`` whose readiness probe first runs ``ready_after`` seconds after
+    the start: its start costs two status writes, Running and then Ready."""
+    probe = {"exec": {"command": ["true"]}, "initialDelaySeconds": ready_after, "periodSeconds": 10}
+    container = {
+        "name": "app",
+        "image": "registry.local/hollow:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+        "readinessProbe": probe,
+    }
+    return {
+        "metadata": {"name": name, "labels": {"app": "hollow"}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [container]},
+    }
+
+
+def pod_worker(pod: Obj, runtime: SimRuntime, api: AsyncPodApi, host_ip: str) -> PodWorker:
+    """The real per-pod worker on the ``sim`` runtime with probes that always pass."""
+    return PodWorker(
+        pod, runtime, api, CrashLoopBackoff(), prober=always_succeeds, host_ip=host_ip, poll=1.0
+    )
+
+
+# ---------------------------------------------------------------------------- schedule
+
+
+def due_slots(count: int, period: float, start: float, t0: float, t1: float) -> Iterator[
+    tuple[float, int]
+]:  # fmt: skip
+    """The calls due in ``[t0, t1)`` when each of ``count`` items is called once per
+    ``period`` from ``start``, item ``i`` at offset ``i * period / count``: ``(due, item)``
+    in time order. Pure, so a driver that wakes late fires everything it owes, in order."""
+    if count <= 0 or t1 <= t0:
+        return
+    step = period / count
+    first = max(0, math.ceil((t0 - start) / step))
+    slot = first
+    while (due := start + slot * step) < t1:
+        if due >= t0:
+            yield due, slot % count
+        slot += 1
+
+
+def lateness_ok(due: float, done: float, tolerance: float = 1.0) -> bool:
+    """Whether a call due at ``due`` and finished at ``done`` kept its schedule."""
+    return done - due <= tolerance

@@ -1,0 +1,257 @@
+"""The hollow-node load: ten thousand simulated agents' API traffic from one asyncio loop.
+
+:class:`Load` owns the hollow nodes (:mod:`agent.hollow`) and one keep-alive
+``httpx.AsyncClient`` per API server; node ``i`` talks to server ``i % servers``, as agents
+behind a load balancer would. Once registered, the lease loop renews every node once per
+``--renew-every`` seconds on an evenly spread schedule and never stops until the benchmark
+ends; node status rewrites run on the same kind of schedule (every 5 minutes per node).
+A measurement window only switches on recording (:class:`Recorder`) and starts pods:
+``status_rate / 2`` pod starts a second on the ``sim`` runtime, each by the real per-pod
+worker, each costing two status writes (Running, then Ready) before its worker is retired.
+
+A renewal still in flight when its node's next one falls due is not doubled up (the real
+lease keeper renews one at a time): it is counted as ``missed``. A renewal that finishes more
+than ``LATE_AFTER`` seconds after it was due is ``late``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import httpx
+
+from agent.api import NAMESPACE, POD, Unreachable
+from agent.hollow import (
+    AsyncApi,
+    AsyncPodApi,
+    HollowNode,
+    due_slots,
+    hollow_nodes,
+    hollow_pod,
+    lateness_ok,
+    pod_worker,
+)
+from agent.pods import PodWorker
+from agent.runtime.sim import SimRuntime
+from app.core.errors import StatusError
+
+Obj = dict[str, Any]
+LATE_AFTER = 1.0
+TICK = 0.005
+NS = "hollow"
+
+
+@dataclass
+class Recorder:
+    """What one measurement window saw."""
+
+    renew_latency: list[float] = field(default_factory=list)
+    renew_ok: int = 0
+    renew_failed: int = 0
+    late: int = 0
+    missed: int = 0
+    status_latency: list[float] = field(default_factory=list)
+    node_status_latency: list[float] = field(default_factory=list)
+    node_status_failed: int = 0
+    pods_started: int = 0
+    pods_ready: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+class TimedPodApi(AsyncPodApi):
+    """The hollow pod API, timing each status write into the current recorder."""
+
+    def __init__(self, api: AsyncApi, load: Load) -> None:
+        super().__init__(api)
+        self.load = load
+
+    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
+        t = time.perf_counter()
+        out = await super().write_status(pod, new_status)
+        if (rec := self.load.rec) is not None:
+            rec.status_latency.append(time.perf_counter() - t)
+        return out
+
+
+async def bounded(calls: list[Callable[[], Awaitable[Any]]], width: int) -> None:
+    gate = asyncio.Semaphore(width)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            await call()
+
+    await asyncio.gather(*(one(c) for c in calls))
+
+
+class Load:
+    def __init__(self, token: str, count: int, *, connections: int, renew_every: float,
+                 node_status_every: float, prefix: str = "hollow") -> None:  # fmt: skip
+        self.token, self.connections = token, connections
+        self.renew_every, self.node_status_every = renew_every, node_status_every
+        self.clients: list[httpx.AsyncClient] = []
+        self.apis: list[AsyncApi] = []
+        self.nodes: list[HollowNode] = []
+        self.count, self.prefix = count, prefix
+        self.rec: Recorder | None = None
+        self.inflight: set[int] = set()
+        self.runtime = SimRuntime()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # -- servers ----------------------------------------------------------------------------
+    def use_servers(self, urls: list[str]) -> None:
+        """Talk to ``urls`` from now on (node ``i`` to ``urls[i % len(urls)]``)."""
+        for url in urls[len(self.clients) :]:
+            limits = httpx.Limits(
+                max_connections=self.connections, max_keepalive_connections=self.connections
+            )
+            client = httpx.AsyncClient(
+                base_url=url,
+                headers={"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"},
+                limits=limits,
+                timeout=30,
+            )
+            self.clients.append(client)
+            self.apis.append(AsyncApi(client, self.connections))
+        if not self.nodes:
+            self.nodes = hollow_nodes(self.apis[0], self.prefix, self.count)
+        for i, node in enumerate(self.nodes):
+            node.api = self.apis[i % len(urls)]
+        self.active = len(urls)
+
+    def codes(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for api in self.apis:
+            total.update(api.codes)
+        return total
+
+    # -- setup (not timed) ------------------------------------------------------------------
+    async def register(self, width: int = 200) -> float:
+        t = time.monotonic()
+        await bounded([partial(n.register, time.time()) for n in self.nodes], width)
+        with contextlib.suppress(StatusError):
+            await self.apis[0].create(NAMESPACE, None, {"metadata": {"name": NS}})
+        return time.monotonic() - t
+
+    async def create_pods(self, tag: str, count: int, width: int = 100) -> list[Obj]:
+        """``count`` pods bound round-robin to the hollow nodes, through the API."""
+        pods: list[Obj] = []
+
+        async def one(i: int) -> None:
+            node = self.nodes[i % len(self.nodes)]
+            pods.append(await node.api.create(POD, NS, hollow_pod(f"{tag}-{i:05d}", node.name)))
+
+        await bounded([partial(one, i) for i in range(count)], width)
+        return pods
+
+    # -- the endless loops ------------------------------------------------------------------
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._periodic(self.renew_every, self._renew)),
+            asyncio.create_task(self._periodic(self.node_status_every, self._node_status)),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._loops:
+            task.cancel()
+        for task in [*self._loops, *self._tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for client in self.clients:
+            await client.aclose()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _periodic(self, period: float, fire: Callable[[float, int], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        start = t = loop.time()
+        while True:
+            now = loop.time()
+            for due, i in due_slots(len(self.nodes), period, start, t, now):
+                self._spawn(fire(due, i))
+            t = now
+            await asyncio.sleep(TICK)
+
+    async def _renew(self, due: float, i: int) -> None:
+        rec = self.rec
+        if i in self.inflight:
+            if rec is not None:
+                rec.missed += 1
+            return
+        self.inflight.add(i)
+        t = time.perf_counter()
+        try:
+            await self.nodes[i].renew(time.time())
+        except (StatusError, Unreachable) as exc:
+            if rec is not None and self.rec is rec:
+                rec.renew_failed += 1
+                rec.failures[f"renew:{type(exc).__name__}"] += 1
+            return
+        finally:
+            self.inflight.discard(i)
+        if rec is not None and self.rec is rec:
+            rec.renew_latency.append(time.perf_counter() - t)
+            rec.renew_ok += 1
+            rec.late += not lateness_ok(due, asyncio.get_running_loop().time(), LATE_AFTER)
+
+    async def _node_status(self, due: float, i: int) -> None:
+        rec = self.rec
+        t = time.perf_counter()
+        try:
+            await self.nodes[i].write_status(time.time())
+        except (StatusError, Unreachable) as exc:
+            if rec is not None:
+                rec.node_status_failed += 1
+                rec.failures[f"node-status:{type(exc).__name__}"] += 1
+            return
+        if rec is not None and self.rec is rec:
+            rec.node_status_latency.append(time.perf_counter() - t)
+
+    # -- one window -------------------------------------------------------------------------
+    async def window(self, seconds: float, pods: list[Obj]) -> Recorder:
+        """Record for ``seconds`` while starting ``pods`` evenly over the window."""
+        rec = self.rec = Recorder()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        workers: list[PodWorker] = []
+        running: list[asyncio.Future[None]] = []
+        step = seconds / len(pods) if pods else seconds
+        api = [TimedPodApi(a, self) for a in self.apis]
+        by_node = {n.name: i for i, n in enumerate(self.nodes)}
+        while (now := loop.time()) < start + seconds:
+            while pods and len(workers) < min(len(pods), int((now - start) / step) + 1):
+                pod = pods[len(workers)]
+                i = by_node[pod["spec"]["nodeName"]]
+                worker = pod_worker(pod, self.runtime, api[i % self.active], "10.0.0.1")
+                workers.append(worker)
+                rec.pods_started += 1
+                running.append(asyncio.ensure_future(self._run_pod(worker, rec)))
+            await asyncio.sleep(TICK)
+        self.rec = None
+        # The last pods' Ready writes land just after the window: wait for them (unrecorded).
+        await asyncio.wait(running, timeout=10) if running else None
+        return rec
+
+    async def _run_pod(self, worker: PodWorker, rec: Recorder) -> None:
+        """Run the worker until its two writes are done, then retire it (its sim container
+        stops without an API write): a pod that runs on costs the load generator, not the
+        API."""
+        task = asyncio.ensure_future(worker.run())
+        try:
+            while worker.writes < 2 and not task.done():
+                await asyncio.sleep(0.1)
+            rec.pods_ready += worker.writes >= 2
+        finally:
+            worker.request_stop(confirm=False)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10)

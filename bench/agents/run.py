@@ -1,0 +1,207 @@
+"""Hollow-node benchmark: 10,000 simulated agents' lease renewals, node status and pod status
+writes against real API server processes and PostgreSQL on this machine.
+
+    python -m bench.agents.run [--nodes 10000] [--seconds 60] [--runs 3] [--servers 1,2]
+                               [--status-rate 60] [--renew-every 10] [--profile]
+
+One throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
+:class:`bench.common.Stack` builds it; no PgBouncer, which that stack does not use) and API
+server processes started here (``python -m app.api``, each with its revisioner child: one holds
+the lock, the others wait). Setup, not timed: every hollow node registers through the API
+(``GET``/``POST`` node, ``GET``/``PUT`` status, ``POST`` lease). From then on every node renews
+its lease every 10 s spread evenly (1,000 renewals/s at 10,000 nodes) and rewrites its full
+status every 5 minutes (33/s), until the end. For each server count (1, then 2: node ``i``
+talks to server ``i % n``) the benchmark runs ``--runs`` windows of ``--seconds``; before each
+window it creates that window's pods (bound to hollow nodes, not timed), and during it starts
+them at ``--status-rate / 2`` per second on the ``sim`` runtime (two status writes each).
+
+Reported per window and as medians: renewals/s achieved against the target, renewals late by
+more than 1 s or missed (the previous one still in flight), renewal latency p50/p99/max,
+status write latency p50/p99, CPU-seconds and % of a core of each API server process, of its
+revisioner child, of PostgreSQL (postmaster and every backend) and of this load generator,
+and answers by HTTP status. ``--profile`` adds one extra window with py-spy sampling the
+(first) API server. Writes ``bench/results/agents-<stamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.agents import profile
+from bench.agents.cpu import Meter
+from bench.agents.load import Load, Recorder
+from bench.common import Stack, free_port, machine, median, percentile, write_result
+from bench.scheduler.run import Procs
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.agents.run", description=__doc__)
+    p.add_argument("--nodes", type=int, default=10_000)
+    p.add_argument("--seconds", type=float, default=60.0, help="length of one window")
+    p.add_argument("--runs", type=int, default=3, help="windows per server count")
+    p.add_argument("--servers", default="1,2", help="API server counts to measure")
+    p.add_argument("--status-rate", type=float, default=60.0, help="pod status writes/s")
+    p.add_argument("--renew-every", type=float, default=10.0)
+    p.add_argument("--node-status-every", type=float, default=300.0)
+    p.add_argument("--connections", type=int, default=32, help="keep-alive pool per server")
+    p.add_argument("--settle", type=float, default=10.0, help="seconds between pods and window")
+    p.add_argument("--profile", action="store_true", help="py-spy one extra window")
+    p.add_argument("--py-spy", default=None, help="path of py-spy (default: from PATH)")
+    return p.parse_args(argv)
+
+
+def start_api(stack: Stack, procs: Procs, logdir: Path) -> tuple[str, int]:
+    port = free_port()
+    env = {
+        "DATABASE_URL": stack.url,
+        "QM_BOOTSTRAP_TOKEN": stack.token,
+        "QM_API_PORT": str(port),
+    }
+    proc = procs.start(["-m", "app.api", "--port", str(port)], env, logdir / f"api-{port}.log")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the API server exited; see {logdir}/api-{port}.log")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return url, proc.pid
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the API server did not become ready")
+
+
+def ms(values: list[float], p: float) -> float:
+    return round(percentile(values, p) * 1000, 1)
+
+
+def summarize(rec: Recorder, args: argparse.Namespace, cpu: dict[str, Any],
+              codes: dict[str, int]) -> dict[str, Any]:  # fmt: skip
+    target = args.nodes / args.renew_every
+    due = target * args.seconds
+    rate = rec.renew_ok / args.seconds
+    return {
+        "renewals_per_s": round(rate, 1),
+        "renewals_target_per_s": round(target, 1),
+        "renewals_ok": rec.renew_ok,
+        "renewals_failed": rec.renew_failed,
+        "renewals_late_over_1s": rec.late,
+        "renewals_missed": rec.missed,
+        # sustained: 99% of the renewals due in the window done, 99% of those on time
+        "sustained": rec.renew_ok >= 0.99 * due and rec.late <= 0.01 * max(rec.renew_ok, 1),
+        "renew_p50_ms": ms(rec.renew_latency, 50),
+        "renew_p99_ms": ms(rec.renew_latency, 99),
+        "renew_max_ms": round(max(rec.renew_latency, default=float("nan")) * 1000, 1),
+        "pod_status_writes_per_s": round(len(rec.status_latency) / args.seconds, 1),
+        "pod_status_p50_ms": ms(rec.status_latency, 50),
+        "pod_status_p99_ms": ms(rec.status_latency, 99),
+        "pods_started": rec.pods_started,
+        "pods_ready": rec.pods_ready,
+        "node_status_writes_per_s": round(len(rec.node_status_latency) / args.seconds, 1),
+        "node_status_p50_ms": ms(rec.node_status_latency, 50),
+        "node_status_p99_ms": ms(rec.node_status_latency, 99),
+        "node_status_failed": rec.node_status_failed,
+        "failures": dict(rec.failures),
+        "http_errors": {k: v for k, v in codes.items() if k not in ("200", "201")},
+        "cpu": cpu,
+    }
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, bool):
+            out[key] = sum(r[key] for r in runs) >= (len(runs) + 1) // 2
+        elif isinstance(value, int | float):
+            out[key] = median([r[key] for r in runs])
+    out["cpu_pct"] = {k: median([r["cpu"][k]["pct"] for r in runs]) for k in runs[0]["cpu"]}
+    return out
+
+
+async def measured_window(load: Load, meter: Meter, args: argparse.Namespace, tag: str,
+                          spy: tuple[str, int, Path] | None = None) -> dict[str, Any]:  # fmt: skip
+    starts = max(0, round(args.status_rate / 2 * args.seconds))
+    pods = await load.create_pods(tag, starts) if starts else []
+    await asyncio.sleep(args.settle)
+    codes0 = load.codes()
+    sampler = profile.record(spy[0], spy[1], args.seconds, spy[2]) if spy else None
+    meter.mark()
+    rec = await load.window(args.seconds, pods)
+    cpu = meter.read()
+    if sampler is not None:
+        await asyncio.to_thread(sampler.wait, 60)
+    codes = load.codes()
+    codes.subtract(codes0)
+    out = summarize(rec, args, cpu, {k: v for k, v in codes.items() if v})
+    print(f"  {tag}: {out['renewals_per_s']}/s renewals (p99 {out['renew_p99_ms']} ms, late "
+          f"{out['renewals_late_over_1s']}, missed {out['renewals_missed']}); pod status "
+          f"{out['pod_status_writes_per_s']}/s; cpu % "
+          f"{ {k: v['pct'] for k, v in cpu.items()} }", flush=True)  # fmt: skip
+    return out
+
+
+async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Path
+                ) -> dict[str, Any]:  # fmt: skip
+    counts = [int(c) for c in args.servers.split(",")]
+    servers: list[tuple[str, int]] = [start_api(stack, procs, logdir)]
+    load = Load(stack.token, args.nodes, connections=args.connections,
+                renew_every=args.renew_every, node_status_every=args.node_status_every)  # fmt: skip
+    load.use_servers([servers[0][0]])
+    register_s = await load.register()
+    print(f"registered {args.nodes} nodes in {register_s:.1f}s", flush=True)
+    load.start()
+    results: list[dict[str, Any]] = []
+    prof: dict[str, Any] | None = None
+    try:
+        for n in counts:
+            while len(servers) < n:
+                servers.append(await asyncio.to_thread(start_api, stack, procs, logdir))
+            load.use_servers([u for u, _ in servers[:n]])
+            meter = Meter(
+                [pid for _, pid in servers[:n]], stack.pg.pid if stack.pg else None, os.getpid()
+            )
+            print(f"{n} API server(s):", flush=True)
+            runs = [await measured_window(load, meter, args, f"s{n}r{r}") for r in range(args.runs)]
+            results.append({"api_servers": n, "runs": runs, "median": medians(runs)})
+            spy_path = profile.find_py_spy(args.py_spy)
+            if args.profile and prof is None and spy_path:
+                out = logdir / "api.pyspy.txt"
+                await measured_window(
+                    load, meter, args, f"s{n}prof", (spy_path, servers[0][1], out)
+                )
+                prof = {"api_servers": n, **profile.summarize(out.read_text())}
+    finally:
+        await load.stop()
+    return {"register_s": round(register_s, 1), "configs": results, "profile": prof}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    logdir = Path(tempfile.mkdtemp(prefix="qm-bench-agents-"))
+    stack = Stack()
+    procs = Procs()
+    try:
+        out = asyncio.run(bench(args, stack, procs, logdir))
+    finally:
+        procs.stop_all()
+        stack.close()
+    params = {k: v for k, v in vars(args).items() if k != "py_spy"}
+    data = {"benchmark": "agents", "machine": machine(), "params": params, **out,
+            "logs": str(logdir)}  # fmt: skip
+    print(f"wrote {write_result('agents', data)}")
+
+
+if __name__ == "__main__":
+    main()
