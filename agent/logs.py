@@ -265,11 +265,14 @@ class ContainerLogs:
 
 
 async def keep_rotated(logs: ContainerLogs) -> None:
-    """Rotate ``logs`` every ``logs.rotate_every`` seconds until cancelled; the paths are
-    taken in the event loop (the runtime is not thread-safe), the copies run in a thread."""
+    """Rotate ``logs`` every ``logs.rotate_every`` seconds until cancelled.
+
+    In the event loop itself, not a thread: a follow (``agent.server``) polling the same file
+    then never sees a rotation half done, and the runtime is read from its own thread. A
+    rotation costs one file copy of at most ``max_bytes`` plus what came in since."""
     while True:
         try:
-            await asyncio.to_thread(logs.rotate, logs.current_logs())
+            logs.rotate(logs.current_logs())
         except Exception:
             log.exception("log rotation failed")
         await asyncio.sleep(logs.rotate_every)

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -253,16 +254,16 @@ class AgentServer:
             raise HttpError(404, f'container "{target.container}" has no log yet') from None
         gone = asyncio.create_task(reader.read(1))  # the client closing ends the follow
         with f:
-            offset = os.fstat(f.fileno()).st_size
+            appended = _Reader(f, current, os.fstat(f.fileno()).st_size)
             writer.write(_head(200, "text/plain; charset=utf-8", None))
-            first = await asyncio.to_thread(tail, target.files, n, offset)
+            first = await asyncio.to_thread(tail, target.files, n, appended.offset)
             if first:
                 writer.write(_chunk(first))
             await writer.drain()
             try:
                 while not gone.done():
                     live = self.logs.running(target) and _same_file(current, f)
-                    data, offset = _read_new(f, current, offset)
+                    data = appended.read()
                     if data:
                         writer.write(_chunk(data))
                         await writer.drain()
@@ -284,18 +285,43 @@ def _same_file(path: Path, f: BinaryIO) -> bool:
         return False
 
 
-def _read_new(f: BinaryIO, path: Path, offset: int) -> tuple[bytes, int]:
-    """What was appended since ``offset``; after a copy-truncate rotation, the rest of the
-    rotated copy (``.1``) first, then the file again from its start."""
-    fd = f.fileno()
-    size = os.fstat(fd).st_size
-    if size < offset:  # truncated by a rotation: the bytes past offset went to .1
-        rest = b""
-        with contextlib.suppress(FileNotFoundError), rotated(path, 1).open("rb") as copy:
-            copy.seek(offset)
-            rest = copy.read()
-        return rest, 0
-    if size == offset:
-        return b"", offset
-    data = os.pread(fd, min(size - offset, 1 << 20), offset)
-    return data, offset + len(data)
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+@dataclass
+class _Reader:
+    """Reads what a run appends to its open log, across copy-truncate rotations.
+
+    A rotation shows as a new ``.1`` (a fresh copy, so a new inode) or a file shorter than
+    what was read: the bytes past ``offset`` are then in ``.1``, and the file starts over.
+    Rotations run in the event loop (``keep_rotated``), so a poll never sees one half done."""
+
+    f: BinaryIO
+    path: Path
+    offset: int
+    rotated_inode: int | None = None
+
+    def __post_init__(self) -> None:
+        self.rotated_inode = _inode(rotated(self.path, 1))
+
+    def read(self) -> bytes:
+        fd = self.f.fileno()
+        size = os.fstat(fd).st_size
+        copy_inode = _inode(rotated(self.path, 1))
+        if copy_inode != self.rotated_inode or size < self.offset:
+            self.rotated_inode, rest = copy_inode, b""
+            if copy_inode is not None:
+                with contextlib.suppress(FileNotFoundError), rotated(self.path, 1).open("rb") as c:
+                    c.seek(self.offset)
+                    rest = c.read()
+            self.offset = 0
+            return rest
+        if size == self.offset:
+            return b""
+        data = os.pread(fd, min(size - self.offset, 1 << 20), self.offset)
+        self.offset += len(data)
+        return data
