@@ -50,9 +50,7 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(
-    api_server: ApiServer, tmp_path: Path, cgroups: Cgroups
-) -> AsyncIterator[Setup]:
+async def setup(api_server: ApiServer, tmp_path: Path, cgroups: Cgroups) -> AsyncIterator[Setup]:
     api = AgentApi(api_server.url, api_server.token)
     node, ns = f"use-{secrets.token_hex(3)}", f"use-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
