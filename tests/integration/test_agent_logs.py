@@ -23,15 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
+from agents import make_agent
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
-from agent.assignments import AssignmentSource
-from agent.backoff import CrashLoopBackoff
-from agent.lease import LeaseKeeper
 from agent.logs import ContainerLogs, log_path, rotated
-from agent.loop import Agent, RestPodApi
-from agent.machine import Reserve, detect
-from agent.node import NodeConfig, NodeStatusWriter
+from agent.loop import Agent
 from agent.runtime.process import ProcessRuntime
 from agent.server import AgentServer
 from app.devstack.apiserver import ApiServer
@@ -96,23 +92,9 @@ async def node(
     api = AgentApi(logs_api.url, logs_api.token)
     name, ns = f"logs-{secrets.token_hex(3)}", f"logs-{secrets.token_hex(3)}"
     await asyncio.to_thread(api.create, NAMESPACE, None, {"metadata": {"name": ns}})
-    machine, reserve = detect(), Reserve(100, 256 << 20)
     root = tmp_path_factory.mktemp("logs-agent") / "pods"
     runtime = ProcessRuntime(root, None)
-    agent = Agent(
-        runtime,
-        RestPodApi(api),
-        AssignmentSource(api.clone(), name, watch_timeout=2),
-        LeaseKeeper(api.clone(), name),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(
-            api, NodeConfig(name, reserve=reserve, address="127.0.0.1"), machine
-        ),
-        backoff=CrashLoopBackoff(initial=0.5),
-        host_ip="127.0.0.1",
-        poll=0.1,
-        tick=0.1,
-    )
+    agent = make_agent(api, runtime, name, address="127.0.0.1")
     logs = ContainerLogs(runtime, lambda: [w.pod for w in agent.workers.values()],
                          max_bytes=MAX_BYTES, keep=2, rotate_every=0.1)  # fmt: skip
     agent.server = AgentServer(logs, port=0, token=AGENT_SECRET, poll=0.05)

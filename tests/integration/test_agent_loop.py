@@ -15,14 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import make_agent
 
 from agent.api import NAMESPACE, POD, AgentApi
-from agent.assignments import AssignmentSource
-from agent.backoff import CrashLoopBackoff
-from agent.lease import LeaseKeeper
-from agent.loop import Agent, RestPodApi
-from agent.machine import Reserve, detect
-from agent.node import NodeConfig, NodeStatusWriter
+from agent.loop import Agent
 from agent.runtime import Running
 from agent.runtime.process import ProcessRuntime
 from app.core.errors import NotFound
@@ -75,20 +71,7 @@ async def running(api_server: ApiServer, tmp_path: Path) -> AsyncIterator[Runnin
     node = f"loop-{secrets.token_hex(3)}"
     ns = f"loop-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
-    machine = detect()
-    reserve = Reserve(100, 256 << 20)
-    agent = Agent(
-        ProcessRuntime(tmp_path / "pods", None),
-        RestPodApi(api),
-        AssignmentSource(api.clone(), node, watch_timeout=2),
-        LeaseKeeper(api.clone(), node),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(api, NodeConfig(node, reserve=reserve), machine),
-        backoff=CrashLoopBackoff(initial=0.5),
-        host_ip="127.0.0.1",
-        poll=0.1,
-        tick=0.1,
-    )
+    agent = make_agent(api, ProcessRuntime(tmp_path / "pods", None), node)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:

@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import make_agent
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
-from agent.assignments import AssignmentSource
-from agent.lease import LeaseKeeper
-from agent.loop import Agent, RestPodApi
+from agent.loop import Agent
 from agent.machine import Reserve, detect
-from agent.node import NodeConfig, NodeStatusWriter
 from agent.pressure import TAINT_KEY, EvictionConfig, Threshold
 from agent.pressure_monitor import PodsSignal, PressureMonitor
 from agent.runtime import Runtime, Usage
@@ -111,17 +109,7 @@ async def run_node(
     machine = detect()
     reserve = Reserve(100, machine.capacity.memory_bytes - allocatable)
     monitor = PressureMonitor(cfg, PodsSignal(allocatable), api.clone(), name)
-    agent = Agent(
-        runtime,
-        RestPodApi(api),
-        AssignmentSource(api.clone(), name, watch_timeout=2),
-        LeaseKeeper(api.clone(), name),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(api, NodeConfig(name, reserve=reserve), machine),
-        poll=0.1,
-        tick=0.1,
-        pressure=monitor,
-    )
+    agent = make_agent(api, runtime, name, reserve=reserve, pressure=monitor)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:

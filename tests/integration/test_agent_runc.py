@@ -20,15 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import make_agent
 
 from agent.api import NAMESPACE, POD, AgentApi
-from agent.assignments import AssignmentSource
-from agent.backoff import CrashLoopBackoff
-from agent.lease import LeaseKeeper
-from agent.loop import Agent, RestPodApi
-from agent.machine import Reserve
-from agent.machine import detect as detect_machine
-from agent.node import NodeConfig, NodeStatusWriter
 from agent.runtime.base import ContainerSpec, Resources, Running, StartError, Terminated
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable, detect
 from agent.runtime.oci import ImageError
@@ -297,19 +291,7 @@ async def test_an_agent_runs_a_runc_pod_to_ready_probing_inside_the_container(
     api = AgentApi(api_server.url, api_server.token)
     node, ns = f"runc-{secrets.token_hex(3)}", f"runc-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
-    machine, reserve = detect_machine(), Reserve(100, 256 << 20)
-    agent = Agent(
-        runtime,
-        RestPodApi(api),
-        AssignmentSource(api.clone(), node, watch_timeout=2),
-        LeaseKeeper(api.clone(), node),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(api, NodeConfig(node, reserve=reserve), machine),
-        backoff=CrashLoopBackoff(initial=0.5),
-        host_ip="127.0.0.1",
-        poll=0.1,
-        tick=0.1,
-    )
+    agent = make_agent(api, runtime, node)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
 

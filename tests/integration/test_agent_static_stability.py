@@ -29,15 +29,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from agents import make_agent
 from psycopg.conninfo import conninfo_to_dict
 
 from agent.api import NAMESPACE, POD, AgentApi
-from agent.assignments import AssignmentSource
 from agent.backoff import CrashLoopBackoff
-from agent.lease import LeaseKeeper
-from agent.loop import Agent, RestPodApi
-from agent.machine import Reserve, detect
-from agent.node import NodeConfig, NodeStatusWriter
+from agent.loop import Agent
 from agent.runtime import Running
 from agent.runtime.process import ProcessRuntime
 from app.devstack.apiserver import ApiServer
@@ -122,20 +119,8 @@ async def node(own_api: Own, tmp_path: Path) -> AsyncIterator[Node]:
     name = f"static-{secrets.token_hex(3)}"
     ns = f"static-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
-    machine = detect()
-    reserve = Reserve(100, 256 << 20)
-    agent = Agent(
-        ProcessRuntime(tmp_path / "pods", None),
-        RestPodApi(api),
-        AssignmentSource(api.clone(), name, watch_timeout=2),
-        LeaseKeeper(api.clone(), name),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(api, NodeConfig(name, reserve=reserve), machine),
-        backoff=CrashLoopBackoff(initial=0.5, cap=2.0),
-        host_ip="127.0.0.1",
-        poll=0.1,
-        tick=0.1,
-    )
+    backoff = CrashLoopBackoff(initial=0.5, cap=2.0)
+    agent = make_agent(api, ProcessRuntime(tmp_path / "pods", None), name, backoff=backoff)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:

@@ -14,13 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from agents import make_agent
 
 from agent.api import NAMESPACE, POD, AgentApi
-from agent.assignments import AssignmentSource
-from agent.lease import LeaseKeeper
-from agent.loop import Agent, RestPodApi
-from agent.machine import Reserve, detect
-from agent.node import NodeConfig, NodeStatusWriter
+from agent.loop import Agent
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
 from agent.runtime.cgroups import detect as detect_cgroups
 from agent.runtime.process import ProcessRuntime
@@ -54,18 +51,8 @@ async def setup(api_server: ApiServer, tmp_path: Path, cgroups: Cgroups) -> Asyn
     api = AgentApi(api_server.url, api_server.token)
     node, ns = f"use-{secrets.token_hex(3)}", f"use-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
-    machine, reserve = detect(), Reserve(100, 256 << 20)
     runtime = ProcessRuntime(tmp_path / "pods", cgroups)
-    agent = Agent(
-        runtime,
-        RestPodApi(api),
-        AssignmentSource(api.clone(), node, watch_timeout=2),
-        LeaseKeeper(api.clone(), node),
-        machine.allocatable(reserve),
-        node_status=NodeStatusWriter(api, NodeConfig(node, reserve=reserve), machine),
-        poll=0.1,
-        tick=0.1,
-    )
+    agent = make_agent(api, runtime, node)
     usage_api = api.clone()
     agent.usage = UsageCollector(
         runtime,
