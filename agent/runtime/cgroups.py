@@ -227,8 +227,7 @@ class Cgroups:
                 raise TimeoutError(f"cgroup {rel} still holds pids {sorted(pids)}")
             time.sleep(0.01)
         for directory in self.dirs(rel):
-            for sub in reversed(list(_walk(directory))):
-                _rmdir(sub, deadline)
+            remove_tree(directory, deadline)
 
     def exists(self, rel: str) -> bool:
         return any(directory.is_dir() for directory in self.dirs(rel))
@@ -247,6 +246,12 @@ def _walk(directory: Path) -> Iterator[Path]:
     yield directory
     for child in sorted(p for p in directory.iterdir() if p.is_dir()):
         yield from _walk(child)
+
+
+def remove_tree(directory: Path, deadline: float) -> None:
+    """rmdir `directory` and its child cgroups, bottom-up, by `deadline` (monotonic)."""
+    for sub in reversed(list(_walk(directory))):
+        _rmdir(sub, deadline)
 
 
 def _rmdir(directory: Path, deadline: float) -> None:

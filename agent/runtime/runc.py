@@ -53,7 +53,7 @@ from agent.runtime.base import (
     from_returncode,
     utc_now,
 )
-from agent.runtime.cgroups import Cgroups, parse_mountinfo
+from agent.runtime.cgroups import Cgroups, parse_mountinfo, remove_tree
 from agent.runtime.process import pod_cgroup, safe_relative
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
@@ -296,7 +296,7 @@ class RuncRuntime:
             self.cgroups.remove(rel)
         # runc made the pod's cgroup in every hierarchy, not only memory, cpu and cpuacct.
         for directory in self.hierarchy_dirs(rel):
-            remove_cgroup_tree(directory)
+            remove_tree(directory, time.monotonic() + 5.0)
         for bundle in sorted(self.bundles_dir(pod_uid).glob("*")):
             _remove_bundle(bundle)
         shutil.rmtree(self.bundles_dir(pod_uid), ignore_errors=True)
@@ -307,31 +307,12 @@ class RuncRuntime:
         if not self._runs and not self.cgroups.pids(""):
             with contextlib.suppress(OSError):
                 for directory in self.hierarchy_dirs(""):
-                    remove_cgroup_tree(directory, timeout=1.0)
+                    remove_tree(directory, time.monotonic() + 1.0)
 
     def hierarchy_dirs(self, rel: str) -> list[Path]:
         """`rel` under the parent in every mounted cgroup hierarchy, where runc creates it."""
         mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
         return [m.mountpoint / self.parent / rel for m in mounts]
-
-
-def remove_cgroup_tree(directory: Path, timeout: float = 5.0) -> None:
-    """rmdir `directory` and its child cgroups, bottom-up, waiting out a dying task's EBUSY."""
-    if not directory.is_dir():
-        return
-    for child in [p for p in directory.iterdir() if p.is_dir()]:
-        remove_cgroup_tree(child, timeout)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            directory.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
 
 
 # -- the bundle's root filesystem ----------------------------------------------------------------
