@@ -28,52 +28,12 @@ POD = BY_KIND["Pod"]
 NAMESPACE = BY_KIND["Namespace"]
 USER_AGENT = "quaymaster-agent/1"
 
-_BY_REASON: dict[str, type[StatusError]] = {
-    "BadRequest": errors.BadRequest,
-    "Unauthorized": errors.Unauthorized,
-    "Forbidden": errors.Forbidden,
-    "NotFound": errors.NotFound,
-    "AlreadyExists": errors.AlreadyExists,
-    "Conflict": errors.Conflict,
-    "Gone": errors.Gone,
-    "Expired": errors.Gone,
-    "Invalid": errors.Invalid,
-    "TooManyRequests": errors.TooManyRequests,
-    "Timeout": errors.Timeout,
-    "ServiceUnavailable": errors.ServiceUnavailable,
-}
-_BY_CODE: dict[int, type[StatusError]] = {
-    400: errors.BadRequest,
-    401: errors.Unauthorized,
-    403: errors.Forbidden,
-    404: errors.NotFound,
-    409: errors.Conflict,
-    410: errors.Gone,
-    422: errors.Invalid,
-    429: errors.TooManyRequests,
-    503: errors.ServiceUnavailable,
-    504: errors.Timeout,
-}
-
 
 class Unreachable(Exception):
     """The connection failed or broke before a complete response arrived."""
 
 
-def status_error(body: Any, http_code: int = 500) -> StatusError:
-    """The exception a ``Status`` body describes; ``reason`` picks the class (it separates
-    ``AlreadyExists`` from ``Conflict``, both 409), the HTTP code is the fallback."""
-    status: Obj = body if isinstance(body, dict) else {}
-    raw_code, raw_reason = status.get("code"), status.get("reason")
-    code: int = raw_code if isinstance(raw_code, int) and raw_code >= 400 else http_code
-    reason: str = raw_reason if isinstance(raw_reason, str) else ""
-    message = status.get("message") or f"the server answered HTTP {code}"
-    cls = _BY_REASON.get(reason) or _BY_CODE.get(code)
-    if cls is None:
-        return StatusError(str(message), code=code, reason=reason or "InternalError")
-    err = cls(str(message))
-    err.code = code
-    return err
+status_error = errors.from_status  # a Status body back into the exception it describes
 
 
 def _error(resp: httpx.Response) -> StatusError:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.core import errors
-from app.core.errors import Cause, StatusError
+from app.core.errors import StatusError
 from app.core.kinds import API_VERSION, Kind
 
 Obj = dict[str, Any]
@@ -30,85 +30,9 @@ except PackageNotFoundError:
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
-_BY_REASON: dict[str, type[StatusError]] = {
-    "BadRequest": errors.BadRequest,
-    "Unauthorized": errors.Unauthorized,
-    "Forbidden": errors.Forbidden,
-    "NotFound": errors.NotFound,
-    "MethodNotAllowed": errors.MethodNotAllowed,
-    "AlreadyExists": errors.AlreadyExists,
-    "Conflict": errors.Conflict,
-    "Gone": errors.Gone,
-    "Expired": errors.Gone,
-    "RequestEntityTooLarge": errors.RequestEntityTooLarge,
-    "UnsupportedMediaType": errors.UnsupportedMediaType,
-    "Invalid": errors.Invalid,
-    "TooManyRequests": errors.TooManyRequests,
-    "Timeout": errors.Timeout,
-    "ServiceUnavailable": errors.ServiceUnavailable,
-}
-
-_BY_CODE: dict[int, type[StatusError]] = {
-    400: errors.BadRequest,
-    401: errors.Unauthorized,
-    403: errors.Forbidden,
-    404: errors.NotFound,
-    405: errors.MethodNotAllowed,
-    409: errors.Conflict,
-    410: errors.Gone,
-    413: errors.RequestEntityTooLarge,
-    415: errors.UnsupportedMediaType,
-    422: errors.Invalid,
-    429: errors.TooManyRequests,
-    503: errors.ServiceUnavailable,
-    504: errors.Timeout,
-}
-
 
 class ServerUnreachable(Exception):
     """The connection failed or broke before a complete response arrived."""
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def status_error_from(body: Any, http_code: int | None = None, text: str = "") -> StatusError:
-    """Rebuild the exception a ``Status`` body describes.
-
-    ``reason`` picks the class (it separates ``AlreadyExists`` from ``Conflict``, both 409);
-    the HTTP code is the fallback. The server's own code and reason are kept on the instance.
-    """
-    status: Obj = body if isinstance(body, dict) else {}
-    raw_code = status.get("code")
-    code = raw_code if isinstance(raw_code, int) and raw_code >= 400 else http_code or 500
-    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
-    details = status.get("details") if isinstance(status.get("details"), dict) else {}
-    assert isinstance(details, dict)
-    causes = [
-        Cause(
-            field=str(c.get("field") or ""),
-            reason=str(c.get("reason") or ""),
-            message=str(c.get("message") or ""),
-        )
-        for c in details.get("causes") or []
-        if isinstance(c, dict)
-    ]
-    message = status.get("message")
-    if not isinstance(message, str) or not message:
-        message = text.strip() or f"the server responded with HTTP {code}"
-    kind = _str_or_none(details.get("kind"))
-    name = _str_or_none(details.get("name"))
-    retry_after = details.get("retryAfterSeconds")
-    retry = retry_after if isinstance(retry_after, int) else None
-    cls = (_BY_REASON.get(reason) if reason else None) or _BY_CODE.get(code)
-    if cls is None:
-        return StatusError(message, kind, name, causes, code, reason or "InternalError")
-    err = cls(message, kind=kind, name=name, causes=causes, retry_after=retry)
-    err.code = code
-    if reason:
-        err.reason = reason
-    return err
 
 
 def _error_from_response(resp: httpx.Response) -> StatusError:
@@ -116,7 +40,7 @@ def _error_from_response(resp: httpx.Response) -> StatusError:
         body: Any = resp.json()
     except ValueError:
         body = None
-    return status_error_from(body, resp.status_code, "" if body is not None else resp.text)
+    return errors.from_status(body, resp.status_code, "" if body is not None else resp.text)
 
 
 class ApiClient:
@@ -286,7 +210,7 @@ class ApiClient:
                     if not isinstance(event, dict):
                         continue
                     if event.get("type") == "ERROR":
-                        raise status_error_from(event.get("object"))
+                        raise errors.from_status(event.get("object"))
                     yield event
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"watch stream from {self.server} broke: {exc}") from exc

@@ -15,9 +15,10 @@ from typing import Any, BinaryIO, TextIO
 
 import httpx
 
+from app.core import errors
 from app.core.kinds import BY_KIND
 
-from .client import ApiClient, ServerUnreachable, status_error_from
+from .client import ApiClient, ServerUnreachable
 from .context import Context, UsageError
 
 POD = BY_KIND["Pod"]
@@ -65,7 +66,7 @@ def stream_log(
                     body: Any = resp.json()
                 except ValueError:
                     body = None
-                raise status_error_from(body, resp.status_code, resp.text)
+                raise errors.from_status(body, resp.status_code, resp.text)
             for chunk in resp.iter_raw():
                 write(chunk)
     except httpx.TransportError as exc:

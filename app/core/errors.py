@@ -146,3 +146,82 @@ def invalid(kind: str, name: str | None, causes: list[Cause]) -> Invalid:
     summary = "; ".join(f"{c.field}: {c.message}" for c in causes)
     shown = name or "(unnamed)"
     return Invalid(f'{kind} "{shown}" is invalid: {summary}', kind=kind, name=name, causes=causes)
+
+
+# -- Status bodies back into exceptions (clients) ------------------------------------------
+
+_BY_REASON: dict[str, type[StatusError]] = {
+    "BadRequest": BadRequest,
+    "Unauthorized": Unauthorized,
+    "Forbidden": Forbidden,
+    "NotFound": NotFound,
+    "MethodNotAllowed": MethodNotAllowed,
+    "AlreadyExists": AlreadyExists,
+    "Conflict": Conflict,
+    "Gone": Gone,
+    "Expired": Gone,
+    "RequestEntityTooLarge": RequestEntityTooLarge,
+    "UnsupportedMediaType": UnsupportedMediaType,
+    "Invalid": Invalid,
+    "TooManyRequests": TooManyRequests,
+    "Timeout": Timeout,
+    "ServiceUnavailable": ServiceUnavailable,
+}
+
+_BY_CODE: dict[int, type[StatusError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    410: Gone,
+    413: RequestEntityTooLarge,
+    415: UnsupportedMediaType,
+    422: Invalid,
+    429: TooManyRequests,
+    503: ServiceUnavailable,
+    504: Timeout,
+}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def from_status(body: Any, http_code: int | None = None, text: str = "") -> StatusError:
+    """Rebuild the exception a ``Status`` body describes.
+
+    ``reason`` picks the class (it separates ``AlreadyExists`` from ``Conflict``, both 409);
+    the HTTP code is the fallback. The server's own code and reason are kept on the instance.
+    """
+    status: dict[str, Any] = body if isinstance(body, dict) else {}
+    raw_code = status.get("code")
+    code = raw_code if isinstance(raw_code, int) and raw_code >= 400 else http_code or 500
+    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
+    details = status.get("details") if isinstance(status.get("details"), dict) else {}
+    assert isinstance(details, dict)
+    causes = [
+        Cause(
+            field=str(c.get("field") or ""),
+            reason=str(c.get("reason") or ""),
+            message=str(c.get("message") or ""),
+        )
+        for c in details.get("causes") or []
+        if isinstance(c, dict)
+    ]
+    message = status.get("message")
+    if not isinstance(message, str) or not message:
+        message = text.strip() or f"the server responded with HTTP {code}"
+    kind = _str_or_none(details.get("kind"))
+    name = _str_or_none(details.get("name"))
+    retry_after = details.get("retryAfterSeconds")
+    retry = retry_after if isinstance(retry_after, int) else None
+    cls = (_BY_REASON.get(reason) if reason else None) or _BY_CODE.get(code)
+    if cls is None:
+        return StatusError(message, kind, name, causes, code, reason or "InternalError")
+    err = cls(message, kind=kind, name=name, causes=causes, retry_after=retry)
+    err.code = code
+    if reason:
+        err.reason = reason
+    return err

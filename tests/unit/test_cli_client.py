@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from app.cli.client import ApiClient, ServerUnreachable, status_error_from
+from app.cli.client import ApiClient, ServerUnreachable
 from app.core import errors
 from app.core.errors import Cause
 from app.core.kinds import BY_KIND
@@ -57,7 +57,7 @@ class TestStatusMapping:
         ],
     )
     def test_reason_picks_class(self, code: int, reason: str, cls: type) -> None:
-        err = status_error_from(status(code, reason))
+        err = errors.from_status(status(code, reason))
         assert type(err) is cls
         assert (err.code, err.reason, err.message) == (code, reason, "boom")
 
@@ -65,26 +65,26 @@ class TestStatusMapping:
         original = errors.invalid(
             "Pod", "web", [Cause("spec.containers[0].image", "FieldValueRequired", "Required")]
         )
-        err = status_error_from(original.to_status(), 422)
+        err = errors.from_status(original.to_status(), 422)
         assert isinstance(err, errors.Invalid)
         assert (err.kind, err.name, err.message) == ("Pod", "web", original.message)
         assert err.causes == original.causes
         assert err.retryable is False
 
     def test_conflict_is_retryable_and_keeps_retry_after(self) -> None:
-        err = status_error_from(status(429, "TooManyRequests", retryAfterSeconds=3))
+        err = errors.from_status(status(429, "TooManyRequests", retryAfterSeconds=3))
         assert err.retryable and err.retry_after == 3
 
     def test_unknown_reason_falls_back_to_code(self) -> None:
-        assert type(status_error_from(status(404, "Weird"))) is errors.NotFound
-        err = status_error_from(status(500, "InternalError", "db down"))
+        assert type(errors.from_status(status(404, "Weird"))) is errors.NotFound
+        err = errors.from_status(status(500, "InternalError", "db down"))
         assert type(err) is errors.StatusError
         assert (err.code, err.reason, err.message) == (500, "InternalError", "db down")
 
     def test_non_status_body_uses_http_code_and_text(self) -> None:
-        err = status_error_from(None, 502, "Bad Gateway\n")
+        err = errors.from_status(None, 502, "Bad Gateway\n")
         assert (err.code, err.message) == (502, "Bad Gateway")
-        assert type(status_error_from(None, 404)) is errors.NotFound
+        assert type(errors.from_status(None, 404)) is errors.NotFound
 
 
 class TestRequests:
