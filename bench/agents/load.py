@@ -40,7 +40,7 @@ from agent.hollow import (
 )
 from agent.pods import PodWorker
 from agent.runtime.sim import SimRuntime
-from app.core.errors import StatusError
+from app.core.errors import AlreadyExists, StatusError
 
 Obj = dict[str, Any]
 LATE_AFTER = 1.0
@@ -90,13 +90,25 @@ async def bounded(calls: list[Callable[[], Awaitable[Any]]], width: int) -> None
     await asyncio.gather(*(one(c) for c in calls))
 
 
+async def retried(call: Callable[[], Awaitable[Any]], attempts: int = 5) -> Any:
+    """Setup calls retried on a broken connection or a server error, as an agent would."""
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except (Unreachable, StatusError) as exc:
+            if attempt == attempts - 1 or (isinstance(exc, StatusError) and exc.code < 500):
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
+
+
 class Load:
-    def __init__(self, token: str, count: int, *, connections: int, renew_every: float,
-                 node_status_every: float, prefix: str = "hollow") -> None:  # fmt: skip
-        self.token, self.connections = token, connections
+    def __init__(self, token: str, count: int, *, connections: int, pool: int,
+                 renew_every: float, node_status_every: float, prefix: str = "hollow"
+                 ) -> None:  # fmt: skip
+        self.token, self.connections, self.pool = token, connections, pool
         self.renew_every, self.node_status_every = renew_every, node_status_every
         self.clients: list[httpx.AsyncClient] = []
-        self.apis: list[AsyncApi] = []
+        self.apis: list[list[AsyncApi]] = []  # per server, one per client
         self.nodes: list[HollowNode] = []
         self.count, self.prefix = count, prefix
         self.rec: Recorder | None = None
@@ -106,38 +118,51 @@ class Load:
         self._loops: list[asyncio.Task[None]] = []
 
     # -- servers ----------------------------------------------------------------------------
+    def _client(self, url: str) -> AsyncApi:
+        limits = httpx.Limits(max_connections=self.pool, max_keepalive_connections=self.pool)
+        client = httpx.AsyncClient(
+            base_url=url,
+            headers={"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"},
+            limits=limits,
+            timeout=30,
+        )
+        self.clients.append(client)
+        return AsyncApi(client, self.pool)
+
     def use_servers(self, urls: list[str]) -> None:
-        """Talk to ``urls`` from now on (node ``i`` to ``urls[i % len(urls)]``)."""
-        for url in urls[len(self.clients) :]:
-            limits = httpx.Limits(
-                max_connections=self.connections, max_keepalive_connections=self.connections
-            )
-            client = httpx.AsyncClient(
-                base_url=url,
-                headers={"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"},
-                limits=limits,
-                timeout=30,
-            )
-            self.clients.append(client)
-            self.apis.append(AsyncApi(client, self.connections))
+        """Talk to ``urls`` from now on: node ``i`` to ``urls[i % len(urls)]``. Each server
+        gets ``connections`` keep-alive connections in clients of ``pool`` each: httpcore
+        checks every connection of a pool on every request, so small pools cost less CPU."""
+        for url in urls[len(self.apis) :]:
+            shards = max(1, self.connections // self.pool)
+            self.apis.append([self._client(url) for _ in range(shards)])
         if not self.nodes:
-            self.nodes = hollow_nodes(self.apis[0], self.prefix, self.count)
-        for i, node in enumerate(self.nodes):
-            node.api = self.apis[i % len(urls)]
+            self.nodes = hollow_nodes(self.apis[0][0], self.prefix, self.count)
         self.active = len(urls)
+        for i, node in enumerate(self.nodes):
+            node.api = self.api_for(i)
+
+    def api_for(self, i: int) -> AsyncApi:
+        shards = self.apis[i % self.active]
+        return shards[(i // self.active) % len(shards)]
 
     def codes(self) -> Counter[str]:
         total: Counter[str] = Counter()
-        for api in self.apis:
-            total.update(api.codes)
+        for shards in self.apis:
+            for api in shards:
+                total.update(api.codes)
         return total
 
     # -- setup (not timed) ------------------------------------------------------------------
     async def register(self, width: int = 200) -> float:
         t = time.monotonic()
-        await bounded([partial(n.register, time.time()) for n in self.nodes], width)
+
+        async def one(node: HollowNode) -> None:
+            await retried(lambda: node.register(time.time()))
+
+        await bounded([partial(one, n) for n in self.nodes], width)
         with contextlib.suppress(StatusError):
-            await self.apis[0].create(NAMESPACE, None, {"metadata": {"name": NS}})
+            await self.apis[0][0].create(NAMESPACE, None, {"metadata": {"name": NS}})
         return time.monotonic() - t
 
     async def create_pods(self, tag: str, count: int, width: int = 100) -> list[Obj]:
@@ -146,7 +171,11 @@ class Load:
 
         async def one(i: int) -> None:
             node = self.nodes[i % len(self.nodes)]
-            pods.append(await node.api.create(POD, NS, hollow_pod(f"{tag}-{i:05d}", node.name)))
+            body = hollow_pod(f"{tag}-{i:05d}", node.name)
+            try:
+                pods.append(await retried(lambda: node.api.create(POD, NS, body)))
+            except AlreadyExists:  # an attempt that broke after the server had created it
+                pods.append(await node.api.get(POD, NS, body["metadata"]["name"]))
 
         await bounded([partial(one, i) for i in range(count)], width)
         return pods
@@ -226,13 +255,13 @@ class Load:
         workers: list[PodWorker] = []
         running: list[asyncio.Future[None]] = []
         step = seconds / len(pods) if pods else seconds
-        api = [TimedPodApi(a, self) for a in self.apis]
+        api = {id(a): TimedPodApi(a, self) for shards in self.apis for a in shards}
         by_node = {n.name: i for i, n in enumerate(self.nodes)}
         while (now := loop.time()) < start + seconds:
             while pods and len(workers) < min(len(pods), int((now - start) / step) + 1):
                 pod = pods[len(workers)]
                 i = by_node[pod["spec"]["nodeName"]]
-                worker = pod_worker(pod, self.runtime, api[i % self.active], "10.0.0.1")
+                worker = pod_worker(pod, self.runtime, api[id(self.api_for(i))], "10.0.0.1")
                 workers.append(worker)
                 rec.pods_started += 1
                 running.append(asyncio.ensure_future(self._run_pod(worker, rec)))

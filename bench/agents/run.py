@@ -54,7 +54,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status-rate", type=float, default=60.0, help="pod status writes/s")
     p.add_argument("--renew-every", type=float, default=10.0)
     p.add_argument("--node-status-every", type=float, default=300.0)
-    p.add_argument("--connections", type=int, default=32, help="keep-alive pool per server")
+    p.add_argument("--connections", type=int, default=32, help="keep-alive per server")
+    p.add_argument("--pool", type=int, default=4, help="connections per httpx client")
     p.add_argument("--settle", type=float, default=10.0, help="seconds between pods and window")
     p.add_argument("--profile", action="store_true", help="py-spy one extra window")
     p.add_argument("--py-spy", default=None, help="path of py-spy (default: from PATH)")
@@ -156,7 +157,7 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
                 ) -> dict[str, Any]:  # fmt: skip
     counts = [int(c) for c in args.servers.split(",")]
     servers: list[tuple[str, int]] = [start_api(stack, procs, logdir)]
-    load = Load(stack.token, args.nodes, connections=args.connections,
+    load = Load(stack.token, args.nodes, connections=args.connections, pool=args.pool,
                 renew_every=args.renew_every, node_status_every=args.node_status_every)  # fmt: skip
     load.use_servers([servers[0][0]])
     register_s = await load.register()
