@@ -50,7 +50,7 @@ class FakeApi:
     def handle(self, request: httpx.Request) -> httpx.Response:
         method, url = request.method, request.url.path
         self.log.append((method, url))
-        body = json.loads(request.content) if request.content else None
+        body: Obj = json.loads(request.content) if request.content else {}
         if method == "GET":
             obj = self.objects.get(url)
             return httpx.Response(200, json=obj) if obj else self._status(404, "NotFound")
