@@ -188,7 +188,7 @@ class Load:
         ]
 
     async def stop(self) -> None:
-        for task in self._loops:
+        for task in [*self._loops, *self._tasks]:
             task.cancel()
         for task in [*self._loops, *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):

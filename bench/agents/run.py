@@ -12,8 +12,9 @@ the lock, the others wait). Setup, not timed: every hollow node registers throug
 its lease every 10 s spread evenly (1,000 renewals/s at 10,000 nodes) and rewrites its full
 status every 5 minutes (33/s), until the end. For each server count (1, then 2: node ``i``
 talks to server ``i % n``) the benchmark runs ``--runs`` windows of ``--seconds``; before each
-window it creates that window's pods (bound to hollow nodes, not timed), and during it starts
-them at ``--status-rate / 2`` per second on the ``sim`` runtime (two status writes each).
+window it waits ``--settle`` seconds; during it, it starts that window's pods (created bound
+to hollow nodes before the lease loop started, not timed) at ``--status-rate / 2`` per second
+on the ``sim`` runtime (two status writes each).
 
 Reported per window and as medians: renewals/s achieved against the target, renewals late by
 more than 1 s or missed (the previous one still in flight), renewal latency p50/p99/max,
@@ -132,9 +133,8 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def measured_window(load: Load, meter: Meter, args: argparse.Namespace, tag: str,
-                          spy: tuple[str, int, Path] | None = None) -> dict[str, Any]:  # fmt: skip
-    starts = max(0, round(args.status_rate / 2 * args.seconds))
-    pods = await load.create_pods(tag, starts) if starts else []
+                          pods: list[dict[str, Any]], spy: tuple[str, int, Path] | None = None
+                          ) -> dict[str, Any]:  # fmt: skip
     await asyncio.sleep(args.settle)
     codes0 = load.codes()
     sampler = profile.record(spy[0], spy[1], args.seconds, spy[2]) if spy else None
@@ -162,6 +162,15 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
     load.use_servers([servers[0][0]])
     register_s = await load.register()
     print(f"registered {args.nodes} nodes in {register_s:.1f}s", flush=True)
+    # Every window's pods are created now, before the lease loop starts: at 1,000 renewals/s
+    # a saturated server would make creating them between windows take minutes.
+    windows = [f"s{n}r{r}" for n in counts for r in range(args.runs)]
+    windows += [f"s{counts[0]}prof"] if args.profile else []
+    per_window = max(0, round(args.status_rate / 2 * args.seconds))
+    t = time.monotonic()
+    pods = {w: await load.create_pods(w, per_window) for w in windows}
+    pods_s = time.monotonic() - t
+    print(f"created {per_window * len(windows)} pods in {pods_s:.1f}s", flush=True)
     load.start()
     results: list[dict[str, Any]] = []
     prof: dict[str, Any] | None = None
@@ -174,18 +183,21 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
                 [pid for _, pid in servers[:n]], stack.pg.pid if stack.pg else None, os.getpid()
             )
             print(f"{n} API server(s):", flush=True)
-            runs = [await measured_window(load, meter, args, f"s{n}r{r}") for r in range(args.runs)]
+            runs = []
+            for r in range(args.runs):
+                tag = f"s{n}r{r}"
+                runs.append(await measured_window(load, meter, args, tag, pods[tag]))
             results.append({"api_servers": n, "runs": runs, "median": medians(runs)})
             spy_path = profile.find_py_spy(args.py_spy)
             if args.profile and prof is None and spy_path:
                 out = logdir / "api.pyspy.txt"
-                await measured_window(
-                    load, meter, args, f"s{n}prof", (spy_path, servers[0][1], out)
-                )
+                spy = (spy_path, servers[0][1], out)
+                await measured_window(load, meter, args, f"s{n}prof", pods[f"s{n}prof"], spy)
                 prof = {"api_servers": n, **profile.summarize(out.read_text())}
     finally:
         await load.stop()
-    return {"register_s": round(register_s, 1), "configs": results, "profile": prof}
+    setup = {"register_s": round(register_s, 1), "create_pods_s": round(pods_s, 1)}
+    return {"setup": setup, "configs": results, "profile": prof}
 
 
 def main(argv: list[str] | None = None) -> None:
