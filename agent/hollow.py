@@ -57,22 +57,33 @@ class AsyncApi:
     a benchmark can report errors by kind without wrapping each call. At most ``inflight``
     requests are handed to the client at once: httpcore's pool scans every connection for
     every queued request, so a queue much longer than the pool costs the caller's CPU
-    quadratically; keeping the queue here keeps that cost flat."""
+    quadratically; keeping the queue here keeps that cost flat. A request that waited
+    ``queue_timeout`` seconds for its turn gives up as :class:`Unreachable`, as a real agent's
+    request to an overloaded server times out (the agent's client waits 10 s)."""
 
-    def __init__(self, client: httpx.AsyncClient, inflight: int = 32) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, inflight: int = 32, queue_timeout: float = 10.0
+    ) -> None:
         self.client = client
         self.codes: Counter[str] = Counter()
         self._gate = asyncio.Semaphore(inflight)
+        self.queue_timeout = queue_timeout
 
     async def request(self, method: str, url: str, body: Any = None) -> Any:
         headers = {"Content-Type": "application/json"} if body is not None else None
         content = json.dumps(body).encode() if body is not None else None
         try:
-            async with self._gate:
-                resp = await self.client.request(method, url, content=content, headers=headers)
+            await asyncio.wait_for(self._gate.acquire(), self.queue_timeout)
+        except TimeoutError as exc:
+            self.codes["queue-timeout"] += 1
+            raise Unreachable(f"{method} {url}: no turn within {self.queue_timeout}s") from exc
+        try:
+            resp = await self.client.request(method, url, content=content, headers=headers)
         except httpx.TransportError as exc:
             self.codes["unreachable"] += 1
             raise Unreachable(f"{method} {url}: {exc!r}") from exc
+        finally:
+            self._gate.release()
         self.codes[str(resp.status_code)] += 1
         if resp.status_code >= 400:
             try:

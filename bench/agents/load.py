@@ -109,6 +109,7 @@ class Load:
         self.renew_every, self.node_status_every = renew_every, node_status_every
         self.clients: list[httpx.AsyncClient] = []
         self.apis: list[list[AsyncApi]] = []  # per server, one per client
+        self.pod_apis: list[list[AsyncApi]] = []
         self.nodes: list[HollowNode] = []
         self.count, self.prefix = count, prefix
         self.rec: Recorder | None = None
@@ -136,6 +137,9 @@ class Load:
         for url in urls[len(self.apis) :]:
             shards = max(1, self.connections // self.pool)
             self.apis.append([self._client(url) for _ in range(shards)])
+            # Pod status writes get clients of their own: one agent's write never waits in
+            # this process behind other agents' renewals (each real agent has its own socket).
+            self.pod_apis.append([self._client(url) for _ in range(2)])
         if not self.nodes:
             self.nodes = hollow_nodes(self.apis[0][0], self.prefix, self.count)
         self.active = len(urls)
@@ -148,7 +152,7 @@ class Load:
 
     def codes(self) -> Counter[str]:
         total: Counter[str] = Counter()
-        for shards in self.apis:
+        for shards in [*self.apis, *self.pod_apis]:
             for api in shards:
                 total.update(api.codes)
         return total
@@ -255,13 +259,13 @@ class Load:
         workers: list[PodWorker] = []
         running: list[asyncio.Future[None]] = []
         step = seconds / len(pods) if pods else seconds
-        api = {id(a): TimedPodApi(a, self) for shards in self.apis for a in shards}
+        api = [TimedPodApi(shards[0], self) for shards in self.pod_apis[: self.active]]
         by_node = {n.name: i for i, n in enumerate(self.nodes)}
         while (now := loop.time()) < start + seconds:
             while pods and len(workers) < min(len(pods), int((now - start) / step) + 1):
                 pod = pods[len(workers)]
                 i = by_node[pod["spec"]["nodeName"]]
-                worker = pod_worker(pod, self.runtime, api[id(self.api_for(i))], "10.0.0.1")
+                worker = pod_worker(pod, self.runtime, api[i % self.active], "10.0.0.1")
                 workers.append(worker)
                 rec.pods_started += 1
                 running.append(asyncio.ensure_future(self._run_pod(worker, rec)))
@@ -278,7 +282,7 @@ class Load:
         task = asyncio.ensure_future(worker.run())
         try:
             while worker.writes < 2 and not task.done():
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.25)
             rec.pods_ready += worker.writes >= 2
         finally:
             worker.request_stop(confirm=False)
