@@ -280,6 +280,8 @@ class Load:
         stops without an API write): a pod that runs on costs the load generator, not the
         API."""
         task = asyncio.ensure_future(worker.run())
+        self._tasks.add(task)  # cancelled by stop() if the benchmark ends first
+        task.add_done_callback(self._tasks.discard)
         try:
             while worker.writes < 2 and not task.done():
                 await asyncio.sleep(0.25)
