@@ -85,7 +85,7 @@ async def renew_for(nodes: list[HollowNode], seconds: float) -> list[float]:
     return late
 
 
-@pytest.mark.slow  # 30-40 s on the shared 2-core machine: registering 200 nodes dominates
+@pytest.mark.slow  # 17-37 s on the shared 2-core machine: registering 200 nodes dominates
 async def test_hollow_nodes_renew_their_leases_and_run_pods(
     api_server: ApiServer, pg_url: str
 ) -> None:
