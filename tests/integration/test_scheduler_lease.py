@@ -140,7 +140,9 @@ async def test_a_standby_takes_over_when_the_leader_stops_renewing(
         assert not both, "never two leaders at once"
         # The leader's last renewal was at most one period before the cut, and the lease
         # lasts DURATION from it by the database clock; the standby tries once per period.
-        assert DURATION - RENEW - 0.1 <= took <= DURATION + RENEW + 0.3, took
+        # Never early (that would be two leaders); late by at most a period and, on a loaded
+        # two-core machine, a second of scheduling delay.
+        assert DURATION - RENEW - 0.1 <= took <= DURATION + RENEW + 1.0, took
         assert changes == {"a": [True, False], "b": [True]}
 
         spec = await _spec(pool, name)
