@@ -65,7 +65,7 @@ def start_ticks(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
-class _Adopted:
+class Adopted:
     """A container's main process that an earlier run of the agent started. It is not this
     agent's child, so it is watched through /proc, and how it ends is not known: its exit is
     reported as `ContainerStatusUnknown` (exit code 137, as Kubernetes reports a container it
@@ -87,11 +87,20 @@ class _Adopted:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the process is gone (polling /proc: it is not our child)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.02)
+        return code
+
 
 @dataclass
 class _Proc:
     spec: ContainerSpec
-    popen: subprocess.Popen[bytes] | _Adopted
+    popen: subprocess.Popen[bytes] | Adopted
     started_at: dt.datetime
     cgroup: str | None
     terminated: Terminated | None = None
@@ -227,7 +236,7 @@ class ProcessRuntime:
                 path.unlink(missing_ok=True)
                 continue
             spec = ContainerSpec(pod_uid=key[0], name=key[1], command=())
-            self._procs[key] = _Proc(spec, _Adopted(pid, ticks), started, r.get("cgroup"))
+            self._procs[key] = _Proc(spec, Adopted(pid, ticks), started, r.get("cgroup"))
             adopted.append(key)
         return adopted
 
@@ -270,7 +279,7 @@ class ProcessRuntime:
         if self.cgroups is not None and proc.cgroup is not None:
             oom = self.cgroups.oom_killed(proc.cgroup, sigkilled=signum == signal.SIGKILL)
         self._kill_leftovers(proc)
-        unknown = isinstance(proc.popen, _Adopted) and not oom
+        unknown = isinstance(proc.popen, Adopted) and not oom
         proc.terminated = Terminated(
             exit_code=code,
             reason=REASON_UNKNOWN if unknown else exit_reason(code, oom),

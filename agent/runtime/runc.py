@@ -54,7 +54,7 @@ from agent.runtime.base import (
     utc_now,
 )
 from agent.runtime.cgroups import Cgroups, parse_mountinfo, remove_tree
-from agent.runtime.process import pod_cgroup, safe_relative
+from agent.runtime.process import Adopted, pod_cgroup, safe_relative, start_ticks
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 UNKNOWN_EXIT = 255  # the shim itself died: the run's exit status is lost
@@ -85,7 +85,7 @@ class _Run:
     spec: ContainerSpec
     cid: str
     bundle: Path
-    shim: subprocess.Popen[bytes]
+    shim: subprocess.Popen[bytes] | Adopted
     started_at: dt.datetime
     pid: int = 0
     terminated: Terminated | None = None
@@ -167,7 +167,33 @@ class RuncRuntime:
         run = _Run(spec, cid, bundle, self._spawn_shim(spec, cid, bundle), self._clock())
         self._runs[spec.key] = run
         await self._await_started(run)
+        _note(run)
         return Running(pid=run.pid, started_at=run.started_at)
+
+    def adopt(self) -> list[tuple[str, str]]:
+        """Take over the runs an earlier run of the agent started (`run.json` in each bundle):
+        a live shim (same pid, same start time) is watched through /proc, and its
+        `result.json` still gives the exact exit; a run whose shim is gone is taken as ended,
+        so its bundle is removed with its pod. Call once, before the first `start`."""
+        adopted: list[tuple[str, str]] = []
+        for note in sorted((self.state_dir / "runc").glob("*/*/run.json")):
+            try:
+                r = json.loads(note.read_text())
+                key, shim = (str(r["pod_uid"]), str(r["name"])), int(r["shim"])
+                ticks, started = int(r["ticks"]), dt.datetime.fromisoformat(r["started_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            previous = self._runs.get(key)
+            if previous is not None and previous.started_at >= started:
+                continue  # a later run of the same container is already known
+            spec = ContainerSpec(pod_uid=key[0], name=key[1], command=())
+            watcher = Adopted(shim, ticks)
+            self._runs[key] = _Run(
+                spec, str(r["cid"]), note.parent, watcher, started, int(r["pid"])
+            )
+            if watcher.poll() is None:
+                adopted.append(key)
+        return adopted
 
     @staticmethod
     def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
@@ -340,6 +366,24 @@ def _remove_bundle(bundle: Path) -> None:
     if rootfs.exists() and os.path.ismount(rootfs):
         _libc.umount2(str(rootfs).encode(), _MNT_DETACH)
     shutil.rmtree(bundle, ignore_errors=True)
+
+
+def _note(run: _Run) -> None:
+    """`run.json` in the bundle: what a restarted agent needs to adopt the run."""
+    ticks = start_ticks(run.shim.pid)
+    if ticks is None:
+        return  # the shim is already gone: nothing to adopt
+    note = {
+        "pod_uid": run.spec.pod_uid,
+        "name": run.spec.name,
+        "cid": run.cid,
+        "shim": run.shim.pid,
+        "ticks": ticks,
+        "pid": run.pid,
+        "started_at": run.started_at.isoformat(),
+    }
+    with contextlib.suppress(OSError):
+        _write_atomically(run.bundle / "run.json", json.dumps(note))
 
 
 def _read_result(bundle: Path) -> dict[str, Any]:

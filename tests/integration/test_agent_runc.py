@@ -183,6 +183,24 @@ async def test_stop_sends_term_waits_the_grace_period_then_kills(runtime: RuncRu
     assert runtime.log_path("p1", "stubborn").read_text().split() == ["ready", "got", "TERM"]
 
 
+async def test_a_restarted_agents_runtime_adopts_a_run_and_still_gets_its_exit(
+    runtime: RuncRuntime, tmp_path: Path, cgroups: Cgroups
+) -> None:
+    script = "trap 'exit 7' TERM; echo ready; while true; do sleep 0.1 & wait $!; done"
+    first = await runtime.start(sh("kept", script))
+    await logged(runtime, "p1", "kept", "ready")
+    later = RuncRuntime(tmp_path / "state", cgroups, images_dir=tmp_path / "images")
+    assert later.adopt() == [("p1", "kept")]
+    state = later.state("p1", "kept")
+    assert isinstance(state, Running) and state.pid == first.pid
+    assert later.container_id("p1", "kept") == runtime.container_id("p1", "kept")
+    ended = await later.stop("p1", "kept", grace_seconds=5.0)
+    assert ended is not None and (ended.exit_code, ended.reason) == (7, "Error")  # not lost
+    await later.cleanup("p1")
+    assert_nothing_left(later, {"p1"})
+    assert isinstance(runtime.state("p1", "kept"), Terminated)  # the first runtime sees it end
+
+
 async def test_a_container_that_honours_term_ends_within_the_grace_period(
     runtime: RuncRuntime,
 ) -> None:
