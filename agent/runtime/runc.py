@@ -10,7 +10,7 @@ runtime's (`agent.logs.log_path`).
 
 runc does not tell a detached container's exit status to anyone, and a foreground `runc run`
 deletes the cgroup, and with it the OOM counter, before it returns. So every run has a shim:
-a small process (this module run as `python -m agent.runtime.runc`) that makes itself a child
+a small process (`python -m agent.runtime.shim`) that makes itself a child
 subreaper, runs `runc run --detach`, writes `started` when runc returns, inherits the
 container's init as its child, reaps it (the exact exit code or signal), reads the OOM counter
 of the still-existing cgroup, runs `runc delete`, and writes `result.json`. The agent only
@@ -20,7 +20,6 @@ Stopping is `runc kill TERM`, the grace period, `runc kill KILL`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -30,14 +29,12 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent.logs import begin_run, log_path
 from agent.runtime import oci
@@ -50,14 +47,13 @@ from agent.runtime.base import (
     Terminated,
     Usage,
     exit_reason,
-    from_returncode,
     utc_now,
 )
 from agent.runtime.cgroups import Cgroups, parse_mountinfo, remove_tree
 from agent.runtime.process import Adopted, pod_cgroup, safe_relative, start_ticks
+from agent.runtime.shim import UNKNOWN_EXIT, read_result, write_atomically
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
-UNKNOWN_EXIT = 255  # the shim itself died: the run's exit status is lost
 _MNT_DETACH = 2
 
 
@@ -206,7 +202,7 @@ class RuncRuntime:
 
     def _spawn_shim(self, spec: ContainerSpec, cid: str, bundle: Path) -> subprocess.Popen[bytes]:
         memory = self.cgroups.bases["memory"] / pod_cgroup(spec.pod_uid) / cid
-        argv = [sys.executable, "-m", "agent.runtime.runc", "--runc", self.runc]
+        argv = [sys.executable, "-m", "agent.runtime.shim", "--runc", self.runc]
         argv += ["--root", str(self.runc_root), "--bundle", str(bundle), "--id", cid]
         argv += ["--memory-dir", str(memory), "--cgroup-version", str(self.cgroups.version)]
         # The shim's stdout is the container's: runc hands its own stdio to the container.
@@ -239,7 +235,7 @@ class RuncRuntime:
             run.pid = int(started.read_text())
             return
         del self._runs[run.spec.key]
-        result = _read_result(run.bundle)
+        result = read_result(run.bundle)
         await asyncio.to_thread(self._runc_quiet, "delete", "--force", run.cid)
         await asyncio.to_thread(_remove_bundle, run.bundle)
         raise StartError(str(result.get("error") or f"runc did not start {run.spec.name}"))
@@ -254,7 +250,7 @@ class RuncRuntime:
             return run.terminated
         if run.shim.poll() is None:
             return Running(pid=run.pid, started_at=run.started_at)
-        result = _read_result(run.bundle)
+        result = read_result(run.bundle)
         code = int(result.get("exit_code", UNKNOWN_EXIT))
         signum = result.get("signal")
         run.terminated = Terminated(
@@ -383,82 +379,4 @@ def _note(run: _Run) -> None:
         "started_at": run.started_at.isoformat(),
     }
     with contextlib.suppress(OSError):
-        _write_atomically(run.bundle / "run.json", json.dumps(note))
-
-
-def _read_result(bundle: Path) -> dict[str, Any]:
-    try:
-        result = json.loads((bundle / "result.json").read_text())
-    except (OSError, ValueError):
-        return {"error": "the run's shim ended without a result"}
-    return result if isinstance(result, dict) else {}
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.rename(path)
-
-
-# -- the shim: one per run, `python -m agent.runtime.runc` -----------------------------------------
-
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _last_error(log: Path) -> str:
-    """runc's last error message from its JSON log."""
-    message = ""
-    with contextlib.suppress(OSError):
-        for line in log.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                entry = json.loads(line)
-                if entry.get("level") in ("error", "fatal"):
-                    message = str(entry.get("msg", ""))
-    return message
-
-
-def _reap(pid: int) -> int:
-    """Wait for the container's init (our child once runc has exited) and return its exit
-    status as Popen would (negative for a signal); reap any other orphan on the way."""
-    while True:
-        try:
-            child, status = os.waitpid(-1, 0)
-        except ChildProcessError:  # not ours after all: wait without a status
-            while Path(f"/proc/{pid}").exists():
-                time.sleep(0.05)
-            return UNKNOWN_EXIT
-        if child == pid:
-            return os.waitstatus_to_exitcode(status)
-
-
-def shim_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m agent.runtime.runc")
-    for option in ("--runc", "--root", "--bundle", "--id", "--memory-dir", "--cgroup-version"):
-        p.add_argument(option, required=True)
-    args = p.parse_args(list(argv))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent stops containers with runc kill
-    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    bundle = Path(args.bundle)
-    runc = [args.runc, "--root", args.root, "--log", str(bundle / "runc.log")]
-    runc += ["--log-format", "json"]
-    pid_file = str(bundle / "pid")
-    command = [*runc, "run", "--detach", "--pid-file", pid_file, "--bundle", str(bundle), args.id]
-    code = subprocess.run(command, stdin=subprocess.DEVNULL, check=False).returncode
-    if code != 0:
-        error = _last_error(bundle / "runc.log") or f"runc run exited with {code}"
-        subprocess.run([*runc, "delete", "--force", args.id], capture_output=True, check=False)
-        _write_atomically(bundle / "result.json", json.dumps({"error": error}))
-        return 1
-    pid = int(Path(pid_file).read_text())
-    _write_atomically(bundle / "started", str(pid))
-    exit_code, signum = from_returncode(_reap(pid))
-    memory = Cgroups(int(args.cgroup_version), {"memory": Path(args.memory_dir)})
-    oom = memory.oom_killed("", sigkilled=signum == signal.SIGKILL)
-    subprocess.run([*runc, "delete", "--force", args.id], capture_output=True, check=False)
-    result = {"exit_code": exit_code, "signal": signum, "oom_killed": oom}
-    _write_atomically(bundle / "result.json", json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(shim_main(sys.argv[1:]))
+        write_atomically(run.bundle / "run.json", json.dumps(note))
