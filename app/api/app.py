@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Litestar) -> AsyncIterator[None]:
-    pool = await create_pool(database_url(), max_size=int(os.environ.get("QM_DB_POOL", "20")))
+    # No session state outlives a request (the housekeeping lock and the cache's LISTEN live on
+    # connections of their own), so released connections skip the reset round trip.
+    pool = await create_pool(
+        database_url(),
+        max_size=int(os.environ.get("QM_DB_POOL", "20")),
+        reset_sessions=False,
+    )
     token = os.environ.get("QM_BOOTSTRAP_TOKEN")
     if token:
         await ensure_token(pool, token)
