@@ -164,7 +164,9 @@ class WatchCache:
 
     # -- loading and tailing ---------------------------------------------------------------
     async def start(self, dsn: str) -> None:
-        conn = await asyncpg.connect(dsn, statement_cache_size=0)
+        # A direct connection of its own (it LISTENs), so its statements stay prepared: the
+        # tail's query is not parsed and planned again on every poll.
+        conn = await asyncpg.connect(dsn)
         await self._load(conn)
         await conn.add_listener("qm_stream", lambda *_: self._wake.set())
         self._task = asyncio.create_task(self._tail(conn, dsn))
@@ -242,7 +244,7 @@ class WatchCache:
                 await asyncio.sleep(1.0)
                 if conn.is_closed():
                     with contextlib.suppress(Exception):
-                        conn = await asyncpg.connect(dsn, statement_cache_size=0)
+                        conn = await asyncpg.connect(dsn)
                         await conn.add_listener("qm_stream", lambda *_: self._wake.set())
 
     async def _reload(self, conn: asyncpg.Connection) -> None:
