@@ -213,7 +213,7 @@ def test_unreachable_api_keeps_the_last_set_and_relists_on_return(
 ) -> None:
     ns = _namespace(api)
     kept, gone = _pod(api, ns, "kept", node_name), _pod(api, ns, "gone", node_name)
-    source = AssignmentSource(api, node_name)
+    source = AssignmentSource(api, node_name, jitter=lambda: 1.0)  # backoff without jitter
     assert source.step() == 0.0 and _names(source) == {"kept", "gone"}
     live = source.api
     source.api = AgentApi(f"http://127.0.0.1:{free_port()}", "x", timeout=2)
