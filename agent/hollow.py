@@ -2,8 +2,10 @@
 
 A real agent holds a thread per lease keeper and a synchronous client; ten thousand of those
 cannot share a process. A hollow node makes the same API calls a real agent makes, with the
-same pure builders and in the same order, from asyncio over one shared ``httpx.AsyncClient``
-(an HTTP/1.1 keep-alive pool):
+same pure builders and in the same order, from asyncio over a shared transport: the benchmark's
+:class:`agent.hollow_http.HttpPool` (a fixed pool of keep-alive connections per server, cheap
+enough that ten thousand nodes do not saturate the process that simulates them) or an
+``httpx.AsyncClient`` (the unit tests' mock transport):
 
 * registration as :class:`agent.node.NodeStatusWriter` does it: ``GET`` the node, ``POST`` it
   with :func:`agent.node.labels_for` if missing, then ``GET`` + ``PUT .../status`` with
@@ -24,17 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+import msgspec
 
 from agent.api import LEASE, NAMESPACE, NODE, POD, Unreachable, path, status_error
 from agent.backoff import CrashLoopBackoff
+from agent.hollow_http import QueueTimeout
 from agent.lease import LEASE_NAMESPACE, LEASE_SECONDS, renewed
 from agent.machine import Machine, Reserve, Resources
 from agent.node import NodeConfig, desired_status, labels_for
@@ -48,50 +51,88 @@ from app.core.kinds import BY_KIND, Kind
 Obj = dict[str, Any]
 HOLLOW_VERSION = "quaymaster-agent/1 (hollow)"
 GIB = 2**30
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
 
 
-class AsyncApi:
-    """The agent client's requests (:class:`agent.api.AgentApi`) on a shared async client.
+class Transport(Protocol):
+    """Sends one request, returns ``(status, body)``; raises ``Unreachable`` when the
+    connection fails (``QueueTimeout`` when the request never got one)."""
 
-    ``codes`` counts every answer by HTTP status (``"unreachable"`` for transport errors), so
-    a benchmark can report errors by kind without wrapping each call. At most ``inflight``
-    requests are handed to the client at once: httpcore's pool scans every connection for
-    every queued request, so a queue much longer than the pool costs the caller's CPU
-    quadratically; keeping the queue here keeps that cost flat. A request that waited
-    ``queue_timeout`` seconds for its turn gives up as :class:`Unreachable`, as a real agent's
-    request to an overloaded server times out (the agent's client waits 10 s)."""
+    async def send(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpxTransport:
+    """Requests through an ``httpx.AsyncClient`` (the unit tests' mock transport, and the
+    benchmark's ``--client httpx`` for comparison). At most ``inflight`` requests are handed
+    to the client at once: httpcore's pool scans every connection for every queued request, so
+    a queue much longer than the pool costs the caller's CPU quadratically; keeping the queue
+    here keeps that cost flat. A request that waited ``queue_timeout`` seconds for its turn
+    gives up as :class:`QueueTimeout`."""
 
     def __init__(
         self, client: httpx.AsyncClient, inflight: int = 32, queue_timeout: float = 10.0
     ) -> None:
         self.client = client
-        self.codes: Counter[str] = Counter()
         self._gate = asyncio.Semaphore(inflight)
         self.queue_timeout = queue_timeout
 
-    async def request(self, method: str, url: str, body: Any = None) -> Any:
+    async def send(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"} if body is not None else None
-        content = json.dumps(body).encode() if body is not None else None
         try:
             await asyncio.wait_for(self._gate.acquire(), self.queue_timeout)
         except TimeoutError as exc:
-            self.codes["queue-timeout"] += 1
-            raise Unreachable(f"{method} {url}: no turn within {self.queue_timeout}s") from exc
+            raise QueueTimeout(f"{method} {url}: no turn within {self.queue_timeout}s") from exc
         try:
-            resp = await self.client.request(method, url, content=content, headers=headers)
+            resp = await self.client.request(method, url, content=body, headers=headers)
         except httpx.TransportError as exc:
-            self.codes["unreachable"] += 1
             raise Unreachable(f"{method} {url}: {exc!r}") from exc
         finally:
             self._gate.release()
-        self.codes[str(resp.status_code)] += 1
-        if resp.status_code >= 400:
+        return resp.status_code, resp.content
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class AsyncApi:
+    """The agent client's requests (:class:`agent.api.AgentApi`) over a shared transport:
+    an :class:`agent.hollow_http.HttpPool` (the benchmark's) or an ``httpx.AsyncClient``.
+
+    Bodies are JSON; an answer of 400 or more is raised as the ``StatusError`` its
+    ``kind: Status`` body describes and a broken connection as :class:`Unreachable`, exactly
+    as the agent's client maps them. ``codes`` counts every answer by HTTP status
+    (``"unreachable"`` for transport errors, ``"queue-timeout"`` for requests that never got
+    a connection), so a benchmark can report errors by kind without wrapping each call."""
+
+    def __init__(
+        self, client: httpx.AsyncClient | Transport, inflight: int = 32, queue_timeout: float = 10.0
+    ) -> None:
+        if isinstance(client, httpx.AsyncClient):
+            client = HttpxTransport(client, inflight, queue_timeout)
+        self.transport: Transport = client
+        self.codes: Counter[str] = Counter()
+
+    async def request(self, method: str, url: str, body: Any = None) -> Any:
+        content = _encode(body) if body is not None else None
+        try:
+            status, raw = await self.transport.send(method, url, content)
+        except QueueTimeout:
+            self.codes["queue-timeout"] += 1
+            raise
+        except Unreachable:
+            self.codes["unreachable"] += 1
+            raise
+        self.codes[str(status)] += 1
+        if status >= 400:
             try:
-                err_body: Any = resp.json()
-            except ValueError:
-                err_body = {"message": resp.text.strip()[:500]}
-            raise status_error(err_body, resp.status_code)
-        return resp.json() if resp.content else {}
+                err_body: Any = _decode(raw)
+            except msgspec.DecodeError:
+                err_body = {"message": raw.decode(errors="replace").strip()[:500]}
+            raise status_error(err_body, status)
+        return _decode(raw) if raw else {}
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
         obj: Obj = await self.request("GET", path(kind, namespace, name))

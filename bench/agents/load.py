@@ -1,13 +1,18 @@
 """The hollow-node load: ten thousand simulated agents' API traffic from one asyncio loop.
 
-:class:`Load` owns the hollow nodes (:mod:`agent.hollow`) and one keep-alive
-``httpx.AsyncClient`` per API server; node ``i`` talks to server ``i % servers``, as agents
-behind a load balancer would. Once registered, the lease loop renews every node once per
+:class:`Load` owns the hollow nodes (:mod:`agent.hollow`) and, per API server, one
+:class:`agent.hollow_http.HttpPool` of ``connections`` keep-alive connections for the nodes and
+a small one for pod status writes (``client="httpx"`` puts ``httpx.AsyncClient`` pools there
+instead, the load generator measured before); node ``i`` talks to server ``i % servers``, as
+agents behind a load balancer would. Once registered, the lease loop renews every node once per
 ``--renew-every`` seconds on an evenly spread schedule and never stops until the benchmark
 ends; node status rewrites run on the same kind of schedule (every 5 minutes per node).
 A measurement window only switches on recording (:class:`Recorder`) and starts pods:
 ``status_rate / 2`` pod starts a second on the ``sim`` runtime, each by the real per-pod
 worker, each costing two status writes (Running, then Ready) before its worker is retired.
+
+:meth:`Load.stop` cancels everything outstanding and aborts every connection; it returns
+within seconds whatever state the servers are in.
 
 A renewal still in flight when its node's next one falls due is not doubled up (the real
 lease keeper renews one at a time): it is counted as ``missed``. A renewal that finishes more
@@ -32,12 +37,15 @@ from agent.hollow import (
     AsyncApi,
     AsyncPodApi,
     HollowNode,
+    HttpxTransport,
+    Transport,
     due_slots,
     hollow_nodes,
     hollow_pod,
     lateness_ok,
     pod_worker,
 )
+from agent.hollow_http import HttpPool
 from agent.pods import PodWorker
 from agent.runtime.sim import SimRuntime
 from app.core.errors import AlreadyExists, StatusError
@@ -46,6 +54,8 @@ Obj = dict[str, Any]
 LATE_AFTER = 1.0
 TICK = 0.005
 NS = "hollow"
+POD_CONNECTIONS = 4
+STOP_WAIT = 5.0
 
 
 @dataclass
@@ -102,13 +112,13 @@ async def retried(call: Callable[[], Awaitable[Any]], attempts: int = 5) -> Any:
 
 
 class Load:
-    def __init__(self, token: str, count: int, *, connections: int, pool: int,
-                 renew_every: float, node_status_every: float, prefix: str = "hollow"
-                 ) -> None:  # fmt: skip
-        self.token, self.connections, self.pool = token, connections, pool
+    def __init__(self, token: str, count: int, *, connections: int, renew_every: float,
+                 node_status_every: float, prefix: str = "hollow", client: str = "raw",
+                 pool: int = 4) -> None:  # fmt: skip
+        self.token, self.connections, self.client, self.pool = token, connections, client, pool
         self.renew_every, self.node_status_every = renew_every, node_status_every
-        self.clients: list[httpx.AsyncClient] = []
-        self.apis: list[list[AsyncApi]] = []  # per server, one per client
+        self.transports: list[Transport] = []
+        self.apis: list[list[AsyncApi]] = []  # per server: the nodes' shards
         self.pod_apis: list[list[AsyncApi]] = []
         self.nodes: list[HollowNode] = []
         self.count, self.prefix = count, prefix
@@ -117,29 +127,36 @@ class Load:
         self.runtime = SimRuntime()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
+        self.active = 0
 
     # -- servers ----------------------------------------------------------------------------
-    def _client(self, url: str) -> AsyncApi:
-        limits = httpx.Limits(max_connections=self.pool, max_keepalive_connections=self.pool)
-        client = httpx.AsyncClient(
-            base_url=url,
-            headers={"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"},
-            limits=limits,
-            timeout=30,
-        )
-        self.clients.append(client)
-        return AsyncApi(client, self.pool)
+    def _api(self, url: str, connections: int) -> AsyncApi:
+        headers = {"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"}
+        transport: Transport
+        if self.client == "raw":
+            transport = HttpPool(url, headers, connections)
+        else:
+            limits = httpx.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            )
+            client = httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30)
+            transport = HttpxTransport(client, connections)
+        self.transports.append(transport)
+        return AsyncApi(transport)
 
     def use_servers(self, urls: list[str]) -> None:
         """Talk to ``urls`` from now on: node ``i`` to ``urls[i % len(urls)]``. Each server
-        gets ``connections`` keep-alive connections in clients of ``pool`` each: httpcore
-        checks every connection of a pool on every request, so small pools cost less CPU."""
+        gets ``connections`` keep-alive connections: one pool of them, or with ``httpx`` clients
+        of ``pool`` each (httpcore checks every connection of a pool on every request, so small
+        pools cost it less CPU)."""
         for url in urls[len(self.apis) :]:
-            shards = max(1, self.connections // self.pool)
-            self.apis.append([self._client(url) for _ in range(shards)])
-            # Pod status writes get clients of their own: one agent's write never waits in
+            raw = self.client == "raw"
+            shards = 1 if raw else max(1, self.connections // self.pool)
+            size = self.connections if raw else self.pool
+            self.apis.append([self._api(url, size) for _ in range(shards)])
+            # Pod status writes get connections of their own: one agent's write never waits in
             # this process behind other agents' renewals (each real agent has its own socket).
-            self.pod_apis.append([self._client(url) for _ in range(2)])
+            self.pod_apis.append([self._api(url, POD_CONNECTIONS)])
         if not self.nodes:
             self.nodes = hollow_nodes(self.apis[0][0], self.prefix, self.count)
         self.active = len(urls)
@@ -149,6 +166,10 @@ class Load:
     def api_for(self, i: int) -> AsyncApi:
         shards = self.apis[i % self.active]
         return shards[(i // self.active) % len(shards)]
+
+    def sent(self) -> int:
+        """Requests sent so far (``raw`` pools only; 0 with ``httpx``)."""
+        return sum(t.sent for t in self.transports if isinstance(t, HttpPool))
 
     def codes(self) -> Counter[str]:
         total: Counter[str] = Counter()
@@ -191,14 +212,21 @@ class Load:
             asyncio.create_task(self._periodic(self.node_status_every, self._node_status)),
         ]
 
-    async def stop(self) -> None:
-        for task in [*self._loops, *self._tasks]:
+    async def stop(self) -> int:
+        """Cancel the loops and every request and pod in flight, then abort every
+        connection; wait at most ``STOP_WAIT`` seconds for the cancelled tasks. Returns how
+        many tasks had not finished by then (left to die with the event loop)."""
+        tasks = [*self._loops, *self._tasks]
+        for task in tasks:
             task.cancel()
-        for task in [*self._loops, *self._tasks]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for client in self.clients:
-            await client.aclose()
+        # Closing first fails every outstanding request at once, so no task waits on a socket.
+        for transport in self.transports:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(transport.close(), STOP_WAIT)
+        if not tasks:
+            return 0
+        _, pending = await asyncio.wait(tasks, timeout=STOP_WAIT)
+        return len(pending)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -2,7 +2,8 @@
 writes against real API server processes and PostgreSQL on this machine.
 
     python -m bench.agents.run [--nodes 10000] [--seconds 60] [--runs 3] [--servers 1,2]
-                               [--status-rate 60] [--renew-every 10] [--profile]
+                               [--status-rate 60] [--renew-every 10] [--client raw|httpx]
+                               [--profile]
 
 One throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
 :class:`bench.common.Stack` builds it; no PgBouncer, which that stack does not use) and API
@@ -20,8 +21,13 @@ Reported per window and as medians: renewals/s achieved against the target, rene
 more than 1 s or missed (the previous one still in flight), renewal latency p50/p99/max,
 status write latency p50/p99, CPU-seconds and % of a core of each API server process, of its
 revisioner child, of PostgreSQL (postmaster and every backend) and of this load generator,
-and answers by HTTP status. ``--profile`` adds one extra window with py-spy sampling the
-(first) API server. Writes ``bench/results/agents-<stamp>.json``.
+the load generator's CPU-ms per request, and answers by HTTP status. ``--profile`` adds one extra
+window with py-spy sampling the (first) API server. The hollow nodes talk through
+:class:`agent.hollow_http.HttpPool` on uvloop; ``--client httpx`` puts them back on
+``httpx.AsyncClient`` (the load generator measured before) for comparison.
+
+Writes ``bench/results/agents-<stamp>.json`` whatever happens: every finished window is kept,
+and a run stopped by Ctrl-C or by an error records where and why in ``"error"``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -57,6 +65,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--node-status-every", type=float, default=300.0)
     p.add_argument("--connections", type=int, default=32, help="keep-alive per server")
     p.add_argument("--pool", type=int, default=4, help="connections per httpx client")
+    p.add_argument("--client", choices=("raw", "httpx"), default="raw")
     p.add_argument("--settle", type=float, default=10.0, help="seconds between pods and window")
     p.add_argument("--profile", action="store_true", help="py-spy one extra window")
     p.add_argument("--py-spy", default=None, help="path of py-spy (default: from PATH)")
@@ -94,6 +103,7 @@ def summarize(rec: Recorder, args: argparse.Namespace, cpu: dict[str, Any],
     target = args.nodes / args.renew_every
     due = target * args.seconds
     rate = rec.renew_ok / args.seconds
+    requests = sum(v for k, v in codes.items() if k.isdigit())  # every answer the servers gave
     return {
         "renewals_per_s": round(rate, 1),
         "renewals_target_per_s": round(target, 1),
@@ -117,6 +127,8 @@ def summarize(rec: Recorder, args: argparse.Namespace, cpu: dict[str, Any],
         "node_status_failed": rec.node_status_failed,
         "failures": dict(rec.failures),
         "http_errors": {k: v for k, v in codes.items() if k not in ("200", "201")},
+        "requests_per_s": round(requests / args.seconds, 1),
+        "loadgen_ms_per_request": round(1000 * cpu["loadgen"]["seconds"] / max(requests, 1), 3),
         "cpu": cpu,
     }
 
@@ -153,14 +165,19 @@ async def measured_window(load: Load, meter: Meter, args: argparse.Namespace, ta
     return out
 
 
-async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Path
-                ) -> dict[str, Any]:  # fmt: skip
+async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Path,
+                out: dict[str, Any]) -> None:  # fmt: skip
+    """Fill ``out`` as the run goes (setup, then each window as it ends), so whatever
+    stops the run, what was measured is there to write."""
     counts = [int(c) for c in args.servers.split(",")]
     servers: list[tuple[str, int]] = [start_api(stack, procs, logdir)]
     load = Load(stack.token, args.nodes, connections=args.connections, pool=args.pool,
-                renew_every=args.renew_every, node_status_every=args.node_status_every)  # fmt: skip
+                client=args.client, renew_every=args.renew_every,
+                node_status_every=args.node_status_every)  # fmt: skip
     load.use_servers([servers[0][0]])
+    out["stage"] = "register"
     register_s = await load.register()
+    out["setup"] = {"register_s": round(register_s, 1)}
     print(f"registered {args.nodes} nodes in {register_s:.1f}s", flush=True)
     # Every window's pods are created now, before the lease loop starts: at 1,000 renewals/s
     # a saturated server would make creating them between windows take minutes.
@@ -171,9 +188,9 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
     pods = {w: await load.create_pods(w, per_window) for w in windows}
     pods_s = time.monotonic() - t
     print(f"created {per_window * len(windows)} pods in {pods_s:.1f}s", flush=True)
+    out["setup"]["create_pods_s"] = round(pods_s, 1)
     load.start()
-    results: list[dict[str, Any]] = []
-    prof: dict[str, Any] | None = None
+    results: list[dict[str, Any]] = out["configs"]
     try:
         for n in counts:
             while len(servers) < n:
@@ -183,37 +200,51 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
                 [pid for _, pid in servers[:n]], stack.pg.pid if stack.pg else None, os.getpid()
             )
             print(f"{n} API server(s):", flush=True)
-            runs = []
+            runs: list[dict[str, Any]] = []
+            results.append({"api_servers": n, "runs": runs})
             for r in range(args.runs):
-                tag = f"s{n}r{r}"
+                tag = out["stage"] = f"s{n}r{r}"
                 runs.append(await measured_window(load, meter, args, tag, pods[tag]))
-            results.append({"api_servers": n, "runs": runs, "median": medians(runs)})
+                results[-1]["median"] = medians(runs)
             spy_path = profile.find_py_spy(args.py_spy)
-            if args.profile and prof is None and spy_path:
-                out = logdir / "api.pyspy.txt"
-                spy = (spy_path, servers[0][1], out)
+            if args.profile and out["profile"] is None and spy_path:
+                raw = logdir / "api.pyspy.txt"
+                spy = (spy_path, servers[0][1], raw)
                 await measured_window(load, meter, args, f"s{n}prof", pods[f"s{n}prof"], spy)
-                prof = {"api_servers": n, **profile.summarize(out.read_text())}
+                out["profile"] = {"api_servers": n, **profile.summarize(raw.read_text())}
+        out["stage"] = "done"
     finally:
-        await load.stop()
-    setup = {"register_s": round(register_s, 1), "create_pods_s": round(pods_s, 1)}
-    return {"setup": setup, "configs": results, "profile": prof}
+        t = time.monotonic()
+        left = await load.stop()
+        out["stop"] = {"seconds": round(time.monotonic() - t, 1), "tasks_left": left}
+        print(f"stopped the load in {out['stop']['seconds']}s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     logdir = Path(tempfile.mkdtemp(prefix="qm-bench-agents-"))
-    stack = Stack()
+    params = {k: v for k, v in vars(args).items() if k != "py_spy"}
+    out: dict[str, Any] = {"stage": "start", "setup": {}, "configs": [], "profile": None}
+    stack: Stack | None = None
     procs = Procs()
     try:
-        out = asyncio.run(bench(args, stack, procs, logdir))
+        stack = Stack()
+        uvloop.run(bench(args, stack, procs, logdir, out))
+    except BaseException as exc:  # Ctrl-C included: keep what was measured, then re-raise
+        out["error"] = f"{type(exc).__name__} during {out['stage']}: {exc}"
+        raise
     finally:
+        data = {"benchmark": "agents", "machine": machine(), "params": params,
+                "commit": commit(), **out, "logs": str(logdir)}  # fmt: skip
+        print(f"wrote {write_result('agents', data)}", flush=True)
         procs.stop_all()
-        stack.close()
-    params = {k: v for k, v in vars(args).items() if k != "py_spy"}
-    data = {"benchmark": "agents", "machine": machine(), "params": params, **out,
-            "logs": str(logdir)}  # fmt: skip
-    print(f"wrote {write_result('agents', data)}")
+        if stack is not None:
+            stack.close()
+
+
+def commit() -> str:
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip()
 
 
 if __name__ == "__main__":
