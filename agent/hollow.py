@@ -319,8 +319,11 @@ def due_slots(count: int, period: float, start: float, t0: float, t1: float) -> 
     if count <= 0 or t1 <= t0:
         return
     step = period / count
-    first = max(0, math.ceil((t0 - start) / step))
-    slot = first
+    # floor, then the ``due >= t0`` test below: a slot is yielded by the one call whose
+    # [t0, t1) holds ``start + slot * step`` as computed here, never by none. (ceil of the
+    # quotient skips a slot when an edge lands exactly on it and the division rounds up,
+    # which uvloop's millisecond clock makes common.)
+    slot = max(0, math.floor((t0 - start) / step))
     while (due := start + slot * step) < t1:
         if due >= t0:
             yield due, slot % count

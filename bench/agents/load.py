@@ -66,6 +66,8 @@ class Recorder:
     renew_ok: int = 0
     renew_failed: int = 0
     late: int = 0
+    fired: int = 0  # renewals that fell due in the window
+    tick_lag_max: float = 0.0  # the longest the event loop was late for a tick: saturation
     missed: int = 0
     status_latency: list[float] = field(default_factory=list)
     node_status_latency: list[float] = field(default_factory=list)
@@ -245,6 +247,8 @@ class Load:
 
     async def _renew(self, due: float, i: int) -> None:
         rec = self.rec
+        if rec is not None:
+            rec.fired += 1
         if i in self.inflight:
             if rec is not None:
                 rec.missed += 1
@@ -289,7 +293,10 @@ class Load:
         step = seconds / len(pods) if pods else seconds
         api = [TimedPodApi(shards[0], self) for shards in self.pod_apis[: self.active]]
         by_node = {n.name: i for i, n in enumerate(self.nodes)}
+        last = start
         while (now := loop.time()) < start + seconds:
+            rec.tick_lag_max = max(rec.tick_lag_max, now - last - TICK)
+            last = now
             while pods and len(workers) < min(len(pods), int((now - start) / step) + 1):
                 pod = pods[len(workers)]
                 i = by_node[pod["spec"]["nodeName"]]

@@ -109,6 +109,8 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
             codes = {k: v for k, v in load.codes().items() if k not in ("200", "201")}
             run = {
                 "renewals_per_s": round(rec.renew_ok / args.seconds, 1),
+                "renewals_due": rec.fired,
+                "loop_lag_max_ms": round(1000 * rec.tick_lag_max, 1),
                 "renewals_failed": rec.renew_failed,
                 "renewals_missed": rec.missed,
                 "renew_p50_ms": ms(rec.renew_latency, 50),
@@ -122,7 +124,8 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
                 "http_errors_so_far": codes,
             }
             print(
-                f"  run {r}: {run['renewals_per_s']}/s p50 {run['renew_p50_ms']} ms p99 "
+                f"  run {r}: {run['renewals_per_s']}/s ({rec.fired} due, loop late "
+                f"{run['loop_lag_max_ms']} ms) p50 {run['renew_p50_ms']} ms p99 "
                 f"{run['renew_p99_ms']} ms; cpu-ms/renewal api {run['api0_ms']} revisioner "
                 f"{run['api0_revisioner_ms']} postgres {run['postgres_ms']} loadgen "
                 f"{run['loadgen_ms']} ({run['loadgen_ms_per_request']} per request)",

@@ -107,6 +107,8 @@ def summarize(rec: Recorder, args: argparse.Namespace, cpu: dict[str, Any],
     return {
         "renewals_per_s": round(rate, 1),
         "renewals_target_per_s": round(target, 1),
+        "renewals_due": rec.fired,
+        "loop_lag_max_ms": round(1000 * rec.tick_lag_max, 1),
         "renewals_ok": rec.renew_ok,
         "renewals_failed": rec.renew_failed,
         "renewals_late_over_1s": rec.late,

@@ -115,6 +115,16 @@ def test_ticks_of_any_length_fire_every_slot_exactly_once() -> None:
     assert all(b[0] > a[0] for a, b in itertools.pairwise(fired))
 
 
+def test_ticks_on_a_millisecond_clock_lose_no_slot() -> None:
+    """uvloop's ``loop.time()`` has millisecond resolution, so tick edges land exactly on
+    slot times (every 5 ms at 2,000 nodes every 10 s), where ``(t0 - start) / step`` rounds
+    above the slot's index: each such slot must still fire once."""
+    start = 1234.567
+    edges = [start + ms / 1000 for ms in range(0, 10_001, 5)]  # 10 s of 5 ms ticks
+    fired = [s for a, b in itertools.pairwise(edges) for s in due_slots(2000, 10.0, start, a, b)]
+    assert [i for _, i in fired] == list(range(2000))
+
+
 def test_lateness_is_measured_against_the_due_time() -> None:
     assert lateness_ok(10.0, 11.0) and not lateness_ok(10.0, 11.01)
 
