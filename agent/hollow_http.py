@@ -48,26 +48,28 @@ class HttpError(Exception):
 
 def parse_head(head: bytes) -> tuple[int, int | None, bool]:
     """Status code, body length (``None`` for chunked) and whether the server will close,
-    from a response head up to (not including) its blank line."""
-    lines = head.split(b"\r\n")
-    status = lines[0].split(b" ", 2)
-    if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or not status[1].isdigit():
-        raise HttpError(f"bad status line {lines[0][:80]!r}")
-    code = int(status[1])
-    length: int | None = 0
-    chunked = close = False
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
-        elif name == b"connection":
-            close = b"close" in value.lower()
+    from a response head up to (not including) its blank line. Only the three headers this
+    client needs are looked for."""
+    if not head.startswith(b"HTTP/1.") or not head[9:12].isdigit() or head[12:13] not in b" \r":
+        raise HttpError(f"bad status line {head[:80]!r}")
+    code = int(head[9:12])
+    low = head.lower()
+    close = b"close" in _header(low, b"\r\nconnection:")
     if code in _NO_BODY or 100 <= code < 200:
         return code, 0, close
-    return code, (None if chunked else length), close
+    if b"chunked" in _header(low, b"\r\ntransfer-encoding:"):
+        return code, None, close
+    length = _header(low, b"\r\ncontent-length:")
+    return code, int(length) if length else 0, close
+
+
+def _header(head: bytes, name: bytes) -> bytes:
+    at = head.find(name)
+    if at < 0:
+        return b""
+    start = at + len(name)
+    end = head.find(b"\r\n", start)
+    return head[start : end if end >= 0 else len(head)].strip()
 
 
 def parse_chunked(buf: bytes | bytearray, start: int) -> tuple[bytes, int] | None:
