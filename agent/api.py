@@ -33,15 +33,12 @@ class Unreachable(Exception):
     """The connection failed or broke before a complete response arrived."""
 
 
-status_error = errors.from_status  # a Status body back into the exception it describes
-
-
 def _error(resp: httpx.Response) -> StatusError:
     try:
         body: Any = resp.json()
     except ValueError:
         body = {"message": resp.text.strip()[:500]}
-    return status_error(body, resp.status_code)
+    return errors.from_status(body, resp.status_code)
 
 
 def path(kind: Kind, namespace: str | None, name: str | None = None, sub: str = "") -> str:
@@ -172,16 +169,9 @@ class AgentApi:
                 if resp.status_code >= 400:
                     resp.read()
                     raise _error(resp)
-                for line in resp.iter_lines():
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                    except ValueError as exc:
-                        raise Unreachable(f"malformed watch event: {line[:200]!r}") from exc
-                    if event.get("type") == "ERROR":
-                        raise status_error(event.get("object"), 410)
-                    yield event
+                yield from errors.watch_events(resp.iter_lines(), gone_code=410)
+        except errors.MalformedEvent as exc:
+            raise Unreachable(str(exc)) from exc
         except httpx.TransportError as exc:
             raise Unreachable(f"watch of {self.server}{url} broke: {exc}") from exc
 

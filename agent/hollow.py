@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import httpx
 import msgspec
 
-from agent.api import LEASE, NAMESPACE, NODE, POD, Unreachable, path, status_error
+from agent.api import LEASE, NAMESPACE, NODE, POD, Unreachable, path
 from agent.backoff import CrashLoopBackoff
 from agent.hollow_http import QueueTimeout
 from agent.lease import LEASE_NAMESPACE, LEASE_SECONDS, renewed
@@ -45,6 +45,7 @@ from agent.pods import PodWorker
 from agent.probe_exec import ProbeContext
 from agent.probes import Action, Outcome, ProbeResult
 from agent.runtime.sim import SimRuntime
+from app.core import errors
 from app.core.errors import AlreadyExists, Conflict, NotFound
 from app.core.kinds import BY_KIND, Kind
 
@@ -131,7 +132,7 @@ class AsyncApi:
                 err_body: Any = _decode(raw)
             except msgspec.DecodeError:
                 err_body = {"message": raw.decode(errors="replace").strip()[:500]}
-            raise status_error(err_body, status)
+            raise errors.from_status(err_body, status)
         return _decode(raw) if raw else {}
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:

@@ -244,8 +244,7 @@ class Agent:
 
         Containers an earlier run of the agent left running are adopted first: their pods'
         workers carry on with them instead of starting copies."""
-        adopt = getattr(self.runtime, "adopt", None)
-        if adopt is not None and (adopted := adopt()):
+        if adopted := self.runtime.adopt():
             log.info("adopted %d running containers", len(adopted))
         if self.server is not None:  # first, so the node's first status carries its port
             port = await self.server.start()
@@ -291,8 +290,7 @@ class Agent:
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         for uid in {uid for uid, _ in self.runtime.containers()}:
             await self.runtime.cleanup(uid)
-        if (close := getattr(self.runtime, "close", None)) is not None:
-            close()  # the agent's parent cgroups, once empty
+        self.runtime.close()  # the agent's parent cgroups, once empty
 
 
 def build(cfg: agent_config.AgentConfig) -> Agent:

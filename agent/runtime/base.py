@@ -157,3 +157,13 @@ class Runtime(Protocol):
     async def cleanup(self, pod_uid: str) -> None:
         """Kill whatever of the pod still runs and remove its cgroups and directory."""
         ...
+
+    def adopt(self) -> list[tuple[str, str]]:
+        """Take over the containers an earlier run of the agent left running (called once,
+        before the first `start`); the keys of those still running."""
+        ...
+
+    def close(self) -> None:
+        """The agent stops: release what the runtime holds for itself (its parent cgroups)
+        once no container is left."""
+        ...

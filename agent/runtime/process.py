@@ -122,6 +122,17 @@ def safe_relative(path: str) -> PurePosixPath:
     return rel
 
 
+def lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
+    """Write the spec's files (config maps, secrets) under the pod's directory, which every
+    runtime gives its containers."""
+    pod_dir.mkdir(parents=True, exist_ok=True)
+    for path, content in files.items():
+        target = pod_dir / safe_relative(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        target.chmod(0o640)
+
+
 def container_env(env: Mapping[str, str]) -> dict[str, str]:
     return {"PATH": DEFAULT_PATH, **env}
 
@@ -161,7 +172,7 @@ class ProcessRuntime:
         env = container_env(spec.env)
         try:
             pod_dir.mkdir(parents=True, exist_ok=True)
-            self._lay_out(pod_dir, spec.files)
+            lay_out(pod_dir, spec.files)
             logs.begin_run(pod_dir, spec.name)  # the last run's log becomes `previous`
         except OSError as exc:
             raise StartError(f"cannot prepare pod directory {pod_dir}: {exc}") from exc
@@ -246,14 +257,6 @@ class ProcessRuntime:
         if self.cgroups is not None and not self._procs and not self.cgroups.pids(""):
             with contextlib.suppress(OSError, TimeoutError):
                 self.cgroups.remove("")
-
-    @staticmethod
-    def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
-        for path, content in files.items():
-            target = pod_dir / safe_relative(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(0o640)
 
     @staticmethod
     def _check_executable(command: str, path: str, pod_dir: Path) -> None:

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +50,7 @@ from agent.runtime.base import (
     utc_now,
 )
 from agent.runtime.cgroups import Cgroups, parse_mountinfo, remove_tree
-from agent.runtime.process import Adopted, pod_cgroup, safe_relative, start_ticks
+from agent.runtime.process import Adopted, lay_out, pod_cgroup, start_ticks
 from agent.runtime.shim import UNKNOWN_EXIT, read_result, write_atomically
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
@@ -147,7 +147,7 @@ class RuncRuntime:
         cid = oci.container_id(spec.pod_uid, spec.name, secrets.token_hex(4))
         pod_dir, bundle = self.pod_dir(spec.pod_uid), self.bundles_dir(spec.pod_uid) / cid
         try:
-            self._lay_out(pod_dir, spec.files)
+            lay_out(pod_dir, spec.files)
             _mount_overlay(lower, bundle)
             config = oci.oci_config(
                 spec,
@@ -190,15 +190,6 @@ class RuncRuntime:
             if watcher.poll() is None:
                 adopted.append(key)
         return adopted
-
-    @staticmethod
-    def _lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        for path, content in files.items():
-            target = pod_dir / safe_relative(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(0o640)
 
     def _spawn_shim(self, spec: ContainerSpec, cid: str, bundle: Path) -> subprocess.Popen[bytes]:
         memory = self.cgroups.bases["memory"] / pod_cgroup(spec.pod_uid) / cid

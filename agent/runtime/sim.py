@@ -109,6 +109,12 @@ class SimRuntime:
     def containers(self, pod_uid: str | None = None) -> list[tuple[str, str]]:
         return [key for key in self._containers if pod_uid is None or key[0] == pod_uid]
 
+    def adopt(self) -> list[tuple[str, str]]:
+        return []  # nothing outlives a simulated agent
+
+    def close(self) -> None:
+        pass
+
     async def cleanup(self, pod_uid: str) -> None:
         for key in self.containers(pod_uid):
             await self.stop(*key, grace_seconds=0)

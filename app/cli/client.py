@@ -200,18 +200,9 @@ class ApiClient:
                 if resp.status_code >= 400:
                     resp.read()
                     raise _error_from_response(resp)
-                for line in resp.iter_lines():
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                    except ValueError as exc:
-                        raise ServerUnreachable(f"malformed watch event: {line[:200]!r}") from exc
-                    if not isinstance(event, dict):
-                        continue
-                    if event.get("type") == "ERROR":
-                        raise errors.from_status(event.get("object"))
-                    yield event
+                yield from errors.watch_events(resp.iter_lines())
+        except errors.MalformedEvent as exc:
+            raise ServerUnreachable(str(exc)) from exc
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"watch stream from {self.server} broke: {exc}") from exc
 

@@ -7,6 +7,8 @@ components use ``retryable`` / ``retry_after`` to decide whether to try again.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,3 +227,26 @@ def from_status(body: Any, http_code: int | None = None, text: str = "") -> Stat
     if reason:
         err.reason = reason
     return err
+
+
+class MalformedEvent(ValueError):
+    """A line of a watch stream that is not a JSON event."""
+
+
+def watch_events(lines: Iterable[str], gone_code: int | None = None) -> Iterator[dict[str, Any]]:
+    """The events of a watch stream, one JSON object per line, as clients read them: blank
+    lines and non-objects skipped, an ``ERROR`` event raised as the exception its ``Status``
+    describes (``gone_code`` is the HTTP code assumed when the body gives none), a line that
+    is not JSON raised as :class:`MalformedEvent`."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise MalformedEvent(f"malformed watch event: {line[:200]!r}") from exc
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") == "ERROR":
+            raise from_status(event.get("object"), gone_code)
+        yield event

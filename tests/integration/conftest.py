@@ -1,4 +1,4 @@
-"""Fixtures of the controllers' integration tests."""
+"""Fixtures of the integration tests: the controllers' plane, and cgroups for agents."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import psycopg
 import pytest
 import redis
 from plane import Plane
+
+from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
+from agent.runtime.cgroups import detect as detect_cgroups
 
 
 @pytest.fixture
@@ -33,3 +36,16 @@ def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str)
             yield p
         finally:
             stop_all(p.procs)
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Cgroups]:
+    """A cgroup parent of the test's own under this process's cgroups, for an agent's pods;
+    the test is skipped where the host gives none. Removed, and checked gone, afterwards."""
+    try:
+        found = detect_cgroups(f"qm-test-{secrets.token_hex(4)}", relative_to_self=True)
+    except CgroupsUnavailable as exc:
+        pytest.skip(f"this host gives no writable memory/cpu cgroups: {exc}")
+    yield found
+    found.remove("")
+    assert not any(base.exists() for base in found.bases.values())

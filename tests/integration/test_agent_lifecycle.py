@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,23 +18,12 @@ import pytest
 from agents import make_agent, running
 
 from agent.api import NAMESPACE, POD, AgentApi
-from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
-from agent.runtime.cgroups import detect as detect_cgroups
+from agent.runtime.cgroups import Cgroups
 from agent.runtime.process import ProcessRuntime
 from app.core.errors import NotFound
 from app.devstack.apiserver import ApiServer
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def cgroups() -> Iterator[Cgroups]:
-    try:
-        groups = detect_cgroups(f"qm-test-{secrets.token_hex(4)}", relative_to_self=True)
-    except CgroupsUnavailable as exc:
-        pytest.skip(f"this host gives no writable memory/cpu cgroups: {exc}")
-    yield groups
-    groups.remove("")
 
 
 @dataclass

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import make_agent
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
@@ -28,8 +27,7 @@ from agent.machine import Reserve, detect
 from agent.pressure import TAINT_KEY, EvictionConfig, Threshold
 from agent.pressure_monitor import PodsSignal, PressureMonitor
 from agent.runtime import Runtime, Usage
-from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
-from agent.runtime.cgroups import detect as detect_cgroups
+from agent.runtime.cgroups import Cgroups
 from agent.runtime.process import ProcessRuntime
 from agent.runtime.sim import SimRuntime
 from app.core.kinds import BY_KIND
@@ -159,17 +157,6 @@ async def test_pods_are_evicted_one_at_a_time_in_rank_order_until_enough_is_free
 
 
 # -- a real memory hog in a real cgroup ----------------------------------------------------------
-
-
-@pytest.fixture
-def cgroups() -> Any:
-    try:
-        found = detect_cgroups(f"qm-press-{secrets.token_hex(4)}", relative_to_self=True)
-    except CgroupsUnavailable as exc:
-        pytest.skip(f"this host gives no writable memory/cpu cgroups: {exc}")
-    yield found
-    found.remove("")
-    assert not any(base.exists() for base in found.bases.values())
 
 
 async def test_a_besteffort_hog_is_evicted_and_a_guaranteed_pod_keeps_running(

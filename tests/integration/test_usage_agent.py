@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,7 @@ from agents import make_agent
 
 from agent.api import NAMESPACE, POD, AgentApi
 from agent.loop import Agent
-from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
-from agent.runtime.cgroups import detect as detect_cgroups
+from agent.runtime.cgroups import Cgroups
 from agent.runtime.process import ProcessRuntime
 from agent.server import AgentServer
 from agent.usage import UsageCollector, samples_path
@@ -28,17 +27,6 @@ from app.devstack.apiserver import ApiServer
 M = "/apis/metrics.quaymaster.io/v1"
 # Touches 64 MiB (so it is resident, not just reserved), then spins one core.
 BURN = [sys.executable, "-c", "b = b'x' * (64 << 20)\nwhile True: pass"]
-
-
-@pytest.fixture
-def cgroups() -> Iterator[Cgroups]:
-    try:
-        groups = detect_cgroups(f"qm-test-{secrets.token_hex(4)}", relative_to_self=True)
-    except CgroupsUnavailable as exc:
-        pytest.skip(f"this host gives no writable memory/cpu cgroups, so no usage: {exc}")
-    yield groups
-    groups.remove("")
-    assert not any(base.exists() for base in groups.bases.values())
 
 
 class Setup:
