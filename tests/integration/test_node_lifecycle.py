@@ -175,7 +175,9 @@ def test_a_silent_nodes_pods_are_replaced_on_schedule(plane: Plane, agents: Agen
     assert epoch(plane.db, victim) == 1
     plane.wait(lambda: pod_ready_reasons(plane.db, victim) == {"NodeUnreachable"},
                timeout=3, what="pods not ready")  # fmt: skip
-    assert (victim, "Warning") in events(plane.db, "NodeNotReady")
+    # The tick writes the pods' readiness before its Events, a statement later.
+    plane.wait(lambda: (victim, "Warning") in events(plane.db, "NodeNotReady"),
+               timeout=3, what="NodeNotReady event")  # fmt: skip
 
     while doomed <= set(plane.pods_of(uid)):
         assert time.monotonic() - silent_since < 14, "not evicted in time"
