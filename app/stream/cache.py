@@ -27,7 +27,7 @@ from sortedcontainers import SortedDict
 from app.core.errors import Gone, Timeout
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.core.objects import get_path
-from app.stream.log import OPS, LogEntry
+from app.stream.log import OPS, TAIL_SETTINGS, LogEntry
 
 log = logging.getLogger(__name__)
 _enc = msgspec.json.Encoder()
@@ -165,8 +165,8 @@ class WatchCache:
     # -- loading and tailing ---------------------------------------------------------------
     async def start(self, dsn: str) -> None:
         # A direct connection of its own (it LISTENs), so its statements stay prepared: the
-        # tail's query is not parsed and planned again on every poll.
-        conn = await asyncpg.connect(dsn)
+        # tail's query is not parsed again on every poll (but is planned for each value).
+        conn = await asyncpg.connect(dsn, server_settings=TAIL_SETTINGS)
         await self._load(conn)
         await conn.add_listener("qm_stream", lambda *_: self._wake.set())
         self._task = asyncio.create_task(self._tail(conn, dsn))
@@ -244,7 +244,7 @@ class WatchCache:
                 await asyncio.sleep(1.0)
                 if conn.is_closed():
                     with contextlib.suppress(Exception):
-                        conn = await asyncpg.connect(dsn)
+                        conn = await asyncpg.connect(dsn, server_settings=TAIL_SETTINGS)
                         await conn.add_listener("qm_stream", lambda *_: self._wake.set())
 
     async def _reload(self, conn: asyncpg.Connection) -> None:

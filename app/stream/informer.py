@@ -28,6 +28,7 @@ import msgspec
 
 from app.core.errors import Gone
 from app.core.kinds import BY_KIND
+from app.stream.log import TAIL_SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class LogInformer:
 
     async def _connect(self) -> asyncpg.Connection:
         return await asyncpg.connect(
-            self.dsn, server_settings={"application_name": APPLICATION_NAME}
+            self.dsn, server_settings={"application_name": APPLICATION_NAME, **TAIL_SETTINGS}
         )
 
     async def list(self) -> tuple[int, Changes]:
