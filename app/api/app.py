@@ -54,7 +54,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     revisioner = RevisionerProcess()
     revisioner.start()
     await cache.start(stream_database_url())
-    store = Store(pool)
+    store = Store(pool, group_commit=True)
     app.state.objects = Objects(store, cache)
     app.state.auth = Authenticator(
         pool, max_inflight_per_user=int(os.environ.get("QM_MAX_INFLIGHT_PER_USER", "200"))
@@ -68,6 +68,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+        await store.close()
         await cache.stop()
         await asyncio.get_running_loop().run_in_executor(None, revisioner.close)
         await pool.close()

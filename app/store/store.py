@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.core.kinds import BY_KIND, KINDS, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
 from app.store import quota, sql
+from app.store.group import Lane
 
 _enc = msgspec.json.Encoder()
 Conn = asyncpg.Connection | PoolConnectionProxy
@@ -70,15 +72,24 @@ class Written:
 def _stored(kind: Kind, rec: asyncpg.Record | None) -> Stored:
     assert rec is not None, "a conditional write returned no row where one was certain"
     row = dict(rec)
+    row.pop("qm_ord", None)  # a group-committed write's place in its batch
     return Stored(kind, str(row["uid"]), int(row["row_version"]), row)
 
 
 class Store:
     """Every write is one statement (plus audit, in the same statement when ``actor`` is set)."""
 
-    def __init__(self, pool: asyncpg.Pool, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, rng: random.Random | None = None, *, group_commit: bool = False
+    ) -> None:
+        """``group_commit``: audited updates (spec or status) of objects of one kind that
+        arrive while earlier ones are in flight go together in one statement
+        (:mod:`app.store.group`). For a process that writes from one event loop (the API
+        server), not for Celery workers' per-task loops."""
         self.pool = pool
         self.rng = rng or random.Random()
+        self.group_commit = group_commit
+        self._lanes: dict[tuple[str, str], Lane[tuple[Any, ...], asyncpg.Record]] = {}
 
     # -- reads ---------------------------------------------------------------------------
     async def get(self, kind: Kind, namespace: str, name: str) -> Stored:
@@ -172,26 +183,26 @@ class Store:
     ) -> Stored:
         """Replace labels, annotations, owners, finalizers and spec, if still at ``expected``."""
         cols = split(kind, obj)
-        async with self.pool.acquire() as conn:
-            rec = await conn.fetchrow(
-                sql.update(kind),
-                cols["namespace"],
-                cols["name"],
-                expected,
-                cols["labels"],
-                cols["annotations"],
-                cols["owner_references"],
-                cols["finalizers"],
-                cols["spec"],
-                actor,
-                verb,
-            )
-            if rec is None:
-                await self._raise_missing_or_conflict(conn, kind, cols["namespace"], cols["name"])
-            stored = _stored(kind, rec)
-            if stored.deleting and not stored.row["finalizers"]:
+        args = (
+            cols["namespace"],
+            cols["name"],
+            expected,
+            cols["labels"],
+            cols["annotations"],
+            cols["owner_references"],
+            cols["finalizers"],
+            cols["spec"],
+            actor,
+            verb,
+        )
+        rec = await self._write("update", kind, args)
+        if rec is None:
+            await self._raise_missing_or_conflict(kind, cols["namespace"], cols["name"])
+        stored = _stored(kind, rec)
+        if stored.deleting and not stored.row["finalizers"]:
+            async with self.pool.acquire() as conn:
                 await self._remove(conn, stored, actor)
-            return stored
+        return stored
 
     async def update_status(
         self,
@@ -203,28 +214,61 @@ class Store:
     ) -> Stored:
         meta = obj.get("metadata") or {}
         namespace, name = _ns(kind, meta.get("namespace", "")), meta.get("name")
-        async with self.pool.acquire() as conn:
-            if actor is None:
-                rec = await conn.fetchrow(
-                    sql.update_status_plain(kind),
-                    namespace,
-                    name,
-                    expected,
-                    obj.get("status") or {},
-                )
-            else:
-                rec = await conn.fetchrow(
-                    sql.update_status(kind),
-                    namespace,
-                    name,
-                    expected,
-                    obj.get("status") or {},
-                    actor,
-                    verb,
-                )
-            if rec is None:
-                await self._raise_missing_or_conflict(conn, kind, namespace, name or "")
-            return _stored(kind, rec)
+        status = obj.get("status") or {}
+        if actor is None:
+            text = sql.update_status_plain(kind)
+            rec = await self.pool.fetchrow(text, namespace, name, expected, status)
+        else:
+            args = (namespace, name, expected, status, actor, verb)
+            rec = await self._write("status", kind, args)
+        if rec is None:
+            await self._raise_missing_or_conflict(kind, namespace, name or "")
+        return _stored(kind, rec)
+
+    # -- group commit ----------------------------------------------------------------------
+    async def _write(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
+        """One audited conditional write (``op``: "update" or "status"), coalesced with
+        others of its kind in flight when group commit is on; None if its condition failed."""
+        if not self.group_commit or args[-2] is None:
+            return await self._write_one(op, kind, args)
+        lane = self._lanes.get((op, kind.kind))
+        if lane is None:
+
+            async def one(a: tuple[Any, ...]) -> asyncpg.Record | None:
+                return await self._write_one(op, kind, a)
+
+            async def many(batch: Sequence[tuple[Any, ...]]) -> list[asyncpg.Record | None]:
+                return await self._write_many(op, kind, batch)
+
+            lane = self._lanes[(op, kind.kind)] = Lane(one, many)
+        return await lane.write((args[0], args[1]), args)
+
+    async def _write_one(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
+        text = sql.update(kind) if op == "update" else sql.update_status(kind)
+        return await self.pool.fetchrow(text, *args)
+
+    async def _write_many(
+        self, op: str, kind: Kind, batch: Sequence[tuple[Any, ...]]
+    ) -> list[asyncpg.Record | None]:
+        """Many writes in one statement, sent in (namespace, name) order; each one's record
+        (without the batch's ordinal) in the order given, or None where its condition failed."""
+        order = sorted(range(len(batch)), key=lambda i: (batch[i][0], batch[i][1]))
+        json_at = {3, 4, 5, 6, 7} if op == "update" else {3}
+        arrays = [
+            [_json(batch[i][c]) if c in json_at else batch[i][c] for i in order]
+            for c in range(len(batch[0]))
+        ]
+        text = sql.update_batch(kind) if op == "update" else sql.update_status_batch(kind)
+        recs = await self.pool.fetch(text, *arrays)
+        out: list[asyncpg.Record | None] = [None] * len(batch)
+        for rec in recs:
+            out[order[rec["qm_ord"] - 1]] = rec
+        return out
+
+    async def close(self) -> None:
+        """Stop the group-commit lanes (writes still waiting are cancelled)."""
+        for lane in self._lanes.values():
+            await lane.close()
 
     async def update_status_many(
         self, kind: Kind, items: list[tuple[dict[str, Any], int]]
@@ -244,10 +288,8 @@ class Store:
         ]
         return written, len(items) - len(recs)
 
-    async def _raise_missing_or_conflict(
-        self, conn: Conn, kind: Kind, namespace: str, name: str
-    ) -> Any:
-        current = await conn.fetchrow(sql.select_one(kind), namespace, name)
+    async def _raise_missing_or_conflict(self, kind: Kind, namespace: str, name: str) -> Any:
+        current = await self.pool.fetchrow(sql.select_one(kind), namespace, name)
         if current is None:
             raise errors.NotFound(f'{kind.plural} "{name}" not found', kind=kind.plural, name=name)
         raise errors.Conflict(
