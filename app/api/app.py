@@ -19,6 +19,7 @@ from app.api.auth import Authenticator
 from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
+from app.api.fastpath import FastWrites
 from app.api.logs import HANDLERS as LOG_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
@@ -105,7 +106,12 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     return error_response(errors.StatusError(f"internal error: {type(exc).__name__}"))
 
 
-def create_app() -> Litestar:
+def create_app() -> FastWrites:
+    """The Litestar app, behind the fast path for object ``PUT``s (:mod:`app.api.fastpath`)."""
+    return FastWrites(create_litestar())
+
+
+def create_litestar() -> Litestar:
     return Litestar(
         route_handlers=[
             *HANDLERS,

@@ -25,9 +25,15 @@ def raw_response(raw: bytes, status: int = 200) -> Response[bytes]:
     return Response(content=raw, status_code=status, media_type=JSON)
 
 
-def error_response(exc: StatusError) -> Response[bytes]:
+def error_parts(exc: StatusError) -> tuple[int, bytes, dict[str, str] | None]:
+    """An error's HTTP status, ``kind: Status`` body and headers (``Retry-After``)."""
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
-    return json_response(exc.to_status(), exc.code, headers)
+    return exc.code, _enc.encode(exc.to_status()), headers
+
+
+def error_response(exc: StatusError) -> Response[bytes]:
+    code, body, headers = error_parts(exc)
+    return Response(content=body, status_code=code, media_type=JSON, headers=headers)
 
 
 def list_body(

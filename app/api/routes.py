@@ -8,7 +8,7 @@ Handlers are generated so that OpenAPI lists each path with its own operation id
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from litestar import Request, Response, delete, get, patch, post, put
 from litestar.handlers import HTTPRouteHandler
@@ -31,22 +31,32 @@ from app.stream.cache import Watcher
 
 PREFIX = f"/apis/{API_VERSION}"
 Handler = Callable[[User], Awaitable[Response[Any]]]
+T = TypeVar("T")
+
+
+async def as_user(
+    auth: Authenticator, authorization: str | None, fn: Callable[[User], Awaitable[T]],
+    count: bool = True,
+) -> T:  # fmt: skip
+    """Authenticate, take a slot of the user's fair share (unless ``count`` is false), run."""
+    user = await auth.user_for(authorization)
+    if not count:
+        return await fn(user)
+    auth.enter(user)
+    try:
+        return await fn(user)
+    finally:
+        auth.leave(user)
 
 
 async def guarded(
     request: Request[Any, Any, Any], fn: Handler, count: bool = True
 ) -> Response[Any]:
-    """Authenticate, take a slot of the user's fair share, run, and map errors to Status."""
-    auth: Authenticator = request.app.state.auth
+    """:func:`as_user`, with errors mapped to Status."""
     try:
-        user = await auth.user_for(request.headers.get("authorization"))
-        if not count:
-            return await fn(user)
-        auth.enter(user)
-        try:
-            return await fn(user)
-        finally:
-            auth.leave(user)
+        return await as_user(
+            request.app.state.auth, request.headers.get("authorization"), fn, count
+        )
     except errors.StatusError as exc:
         return error_response(exc)
 
