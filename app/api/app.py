@@ -26,7 +26,7 @@ from app.api.routes import all_handlers
 from app.api.service import Objects
 from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
-from app.core import errors
+from app.core import collector, errors
 from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
 from app.store.store import Store
@@ -63,12 +63,16 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     app.state.revisioner = revisioner
     await _ensure_default_namespace(store)
     keeper = asyncio.create_task(housekeeping(store, stream_database_url(), revisioner))
+    # The cache holds the cluster: keep full collections from walking it (app.core.collector).
+    collector.settle()
+    young = asyncio.create_task(collector.keep_collections_young())
     try:
         yield
     finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeper
+        for task in (keeper, young):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await store.close()
         await cache.stop()
         await asyncio.get_running_loop().run_in_executor(None, revisioner.close)
