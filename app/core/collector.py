@@ -7,13 +7,13 @@ few seconds to minutes. Every request in flight waited that long, and those paus
 of the renewals more than a second late. The load generator of that benchmark had the same
 problem (pauses up to 260 ms).
 
-The policy: every ``period`` seconds (5 by default) the young generations are collected and everything still
-alive is moved to the permanent generation (``gc.freeze``, a constant-time list splice). The
-collector then only ever walks objects younger than ``period``. Frozen objects are still freed
-by reference counting the moment they are dropped, which is how cache entries die. Only a
-reference cycle that became garbage after being frozen waits for the full pass every
-``full_every`` seconds (``gc.unfreeze()`` then ``gc.collect()``). That pass is the one long
-pause left, once an hour by default.
+The policy: every ``period`` seconds (5 by default) the young generations are collected and
+everything still alive is moved to the permanent generation (``gc.freeze``, a constant-time
+list splice). The collector then only ever walks objects younger than ``period``. Frozen
+objects are still freed by reference counting the moment they are dropped, which is how cache
+entries die. Only a reference cycle that became garbage after being frozen waits for the full
+pass every ``full_every`` seconds (``gc.unfreeze()`` then ``gc.collect()``). That pass is the
+one long pause left, once an hour by default.
 """
 
 from __future__ import annotations
