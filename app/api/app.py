@@ -61,7 +61,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pool, max_inflight_per_user=int(os.environ.get("QM_MAX_INFLIGHT_PER_USER", "200"))
     )
     app.state.revisioner = revisioner
-    await _ensure_default_namespace(store)
+    await _ensure_default_namespace(store, cache)
     keeper = asyncio.create_task(housekeeping(store, stream_database_url(), revisioner))
     # The cache holds the cluster: keep full collections from walking it (app.core.collector).
     collector.settle()
@@ -79,12 +79,14 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await pool.close()
 
 
-async def _ensure_default_namespace(store: Store) -> None:
-    """Clusters start with a ``default`` namespace, as Kubernetes users expect."""
+async def _ensure_default_namespace(store: Store, cache: WatchCache) -> None:
+    """Clusters start with a ``default`` namespace, as Kubernetes users expect. The server
+    starts serving only once its cache shows it, so a first ``qm get namespaces`` lists it."""
     with contextlib.suppress(errors.AlreadyExists):
-        await store.create(
+        stored = await store.create(
             BY_KIND["Namespace"], {"metadata": {"name": "default"}, "status": {"phase": "Active"}}
         )
+        await cache.wait_for(stored.uid, stored.row_version)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
