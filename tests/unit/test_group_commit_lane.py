@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,20 @@ def lane(s: Statements, **kw: int) -> Lane[str, str]:
     return Lane(s.one, s.many, **kw)
 
 
+async def queued(
+    ln: Lane[str, str], s: Statements, first: tuple[str, str], rest: list[tuple[str, str]]
+) -> list[Any]:
+    """Send ``first``, hold it in flight, queue ``rest`` behind it, let go: every outcome."""
+    s.gate.clear()
+    head = asyncio.ensure_future(ln.write(*first))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the flight has taken ``first`` and waits on the gate
+    tail = [asyncio.ensure_future(ln.write(k, a)) for k, a in rest]
+    await asyncio.sleep(0)
+    s.gate.set()
+    return await asyncio.gather(head, *tail, return_exceptions=True)
+
+
 async def test_a_lone_write_goes_at_once_through_the_one_object_statement() -> None:
     s = Statements()
     assert await lane(s).write("a", "a") == "A"
@@ -48,15 +63,8 @@ async def test_a_lone_write_goes_at_once_through_the_one_object_statement() -> N
 
 async def test_writes_arriving_while_flights_are_busy_go_together() -> None:
     s = Statements()
-    s.gate.clear()
     ln = lane(s, flights=1)
-    first = asyncio.ensure_future(ln.write("k0", "w0"))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)  # the flight has taken w0 and waits on the gate
-    rest = [asyncio.ensure_future(ln.write(f"k{i}", f"w{i}")) for i in range(1, 6)]
-    await asyncio.sleep(0)
-    s.gate.set()
-    results = await asyncio.gather(first, *rest)
+    results = await queued(ln, s, ("k0", "w0"), [(f"k{i}", f"w{i}") for i in range(1, 6)])
     assert results == ["W0", "W1", "W2", "W3", "W4", "W5"]
     assert s.sent == [["w0"], ["w1", "w2", "w3", "w4", "w5"]]
     assert (ln.stats.statements, ln.stats.writes, ln.stats.largest) == (2, 6, 5)
@@ -64,18 +72,8 @@ async def test_writes_arriving_while_flights_are_busy_go_together() -> None:
 
 async def test_two_writes_of_one_object_never_share_a_statement_and_keep_their_order() -> None:
     s = Statements()
-    s.gate.clear()
-    ln = lane(s, flights=1)
-    first = asyncio.ensure_future(ln.write("x", "x0"))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    later = [
-        asyncio.ensure_future(ln.write(k, a))
-        for k, a in (("x", "x1"), ("y", "y1"), ("x", "x2"), ("z", "z1"))
-    ]
-    await asyncio.sleep(0)
-    s.gate.set()
-    await asyncio.gather(first, *later)
+    rest = [("x", "x1"), ("y", "y1"), ("x", "x2"), ("z", "z1")]
+    await queued(lane(s, flights=1), s, ("x", "x0"), rest)
     assert s.sent == [["x0"], ["x1", "y1", "z1"], ["x2"]]
 
 
@@ -97,28 +95,14 @@ async def test_an_object_in_one_flight_waits_for_it_rather_than_fly_in_another()
 
 async def test_a_failed_condition_is_that_writes_none_only() -> None:
     s = Statements()
-    s.gate.clear()
-    ln = lane(s, flights=1)
-    first = asyncio.ensure_future(ln.write("a", "a"))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(ln.write(k, k)) for k in ("b!", "c")]
-    await asyncio.sleep(0)
-    s.gate.set()
-    assert await asyncio.gather(first, *rest) == ["A", None, "C"]
+    out = await queued(lane(s, flights=1), s, ("a", "a"), [("b!", "b!"), ("c", "c")])
+    assert out == ["A", None, "C"]
 
 
 async def test_a_failed_batch_is_run_again_write_by_write_so_errors_land_on_their_own() -> None:
     s = Statements(fail_many=True, fail_one=frozenset({"bad"}))
-    s.gate.clear()
     ln = lane(s, flights=1)
-    first = asyncio.ensure_future(ln.write("a", "a"))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(ln.write(k, k)) for k in ("b", "bad", "c")]
-    await asyncio.sleep(0)
-    s.gate.set()
-    out = await asyncio.gather(first, *rest, return_exceptions=True)
+    out = await queued(ln, s, ("a", "a"), [("b", "b"), ("bad", "bad"), ("c", "c")])
     assert out[:2] == ["A", "B"] and out[3] == "C"
     assert isinstance(out[2], ValueError) and str(out[2]) == "bad bad"
     assert ln.stats.fallbacks == 1
