@@ -20,11 +20,13 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from litestar import Litestar
+
 from app.api.responses import JSON, error_parts
 from app.api.routes import PREFIX, as_user
 from app.api.service import MAX_BODY, Objects
 from app.core import errors
-from app.core.kinds import BY_PLURAL
+from app.core.kinds import BY_PLURAL, Kind
 from app.store.tokens import User
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _ITEM = re.compile(
     "^" + re.escape(PREFIX) + r"/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)/(?P<name>[^/]+)"
@@ -45,8 +46,10 @@ _JSON_HEADER = (b"content-type", JSON.encode())
 class FastWrites:
     """ASGI wrapper: object ``PUT``s answered here, everything else by ``app``."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app  # the Litestar app; its ``state`` holds ``objects`` and ``auth``
+    def __init__(self, app: Litestar) -> None:
+        # Called as plain ASGI (its own typed-dict messages are not needed here); its
+        # ``state`` holds ``objects`` and ``auth`` once it has started.
+        self.app: Any = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = _target(scope)
@@ -61,7 +64,7 @@ class FastWrites:
         await send({"type": "http.response.body", "body": body})
 
     async def _replace(
-        self, scope: Scope, receive: Receive, kind: Any, namespace: str, name: str, status: bool
+        self, scope: Scope, receive: Receive, kind: Kind, namespace: str, name: str, status: bool
     ) -> tuple[int, bytes, dict[str, str] | None]:
         state = self.app.state
         objects: Objects = state.objects
@@ -80,7 +83,7 @@ class FastWrites:
             return error_parts(errors.StatusError(f"internal error: {type(exc).__name__}"))
 
 
-def _target(scope: Scope) -> tuple[Any, str, str, bool] | None:
+def _target(scope: Scope) -> tuple[Kind, str, str, bool] | None:
     """(kind, namespace, name, status) when ``scope`` is a ``PUT`` of an object this module
     answers; None for anything Litestar should see."""
     if scope.get("type") != "http" or scope.get("method") != "PUT":

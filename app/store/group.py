@@ -49,7 +49,8 @@ class _Write(Generic[A, R]):
 
 @dataclass
 class LaneStats:
-    """Counters for tests and metrics: statements sent, writes in them, the largest batch."""
+    """Counters the tests read: statements sent, writes in them, the largest batch, and
+    batches the database refused (run again write by write)."""
 
     statements: int = 0
     writes: int = 0

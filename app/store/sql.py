@@ -19,10 +19,12 @@ _AUDIT = (
 )
 
 
-def audited(kind: Kind, alias: str) -> str:
-    """The row image kept in the audit trail; a Secret's data never goes there."""
-    image = f"to_jsonb({alias}.*)"
-    return f"({image} - 'spec')" if kind.kind == "Secret" else image
+def audited(kind: Kind, alias: str, without: tuple[str, ...] = ()) -> str:
+    """The row image kept in the audit trail, less the columns ``without`` names; a Secret's
+    data never goes there."""
+    dropped = [*without, *(["spec"] if kind.kind == "Secret" else [])]
+    image = f"to_jsonb({alias}.*)" + "".join(f" - '{c}'" for c in dropped)
+    return f"({image})" if dropped else image
 
 
 @cache
@@ -98,12 +100,6 @@ def _cols(alias: str) -> str:
     return ", ".join(f"{alias}.{c}" for c in COLUMNS)
 
 
-def _batch_image(kind: Kind, alias: str) -> str:
-    """A batched write's row image: as :func:`audited`, without the batch's ordinal."""
-    image = f"to_jsonb({alias}) - 'qm_ord'"
-    return f"({image} - 'spec')" if kind.kind == "Secret" else f"({image})"
-
-
 def _batched(kind: Kind, values: str, names: str, sets: str, subresource: str) -> str:
     """Group commit (:mod:`app.store.group`): one conditional write per ``unnest`` row, each
     with its own audit row, returning ``qm_ord`` (the write's 1-based place in the arrays)."""
@@ -120,7 +116,7 @@ WITH v AS (
 ), aud AS (
   {_AUDIT}
   SELECT v.actor, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
-         {_batch_image(kind, "old")}, {_batch_image(kind, "upd")}
+         {audited(kind, "old", ("qm_ord",))}, {audited(kind, "upd", ("qm_ord",))}
   FROM upd JOIN old USING (qm_ord) JOIN v USING (qm_ord) WHERE v.actor IS NOT NULL
 )
 SELECT * FROM upd"""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,9 +227,11 @@ class Store:
 
     # -- group commit ----------------------------------------------------------------------
     async def _write(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
-        """One audited conditional write (``op``: "update" or "status"), coalesced with
-        others of its kind in flight when group commit is on; None if its condition failed."""
-        if not self.group_commit or args[-2] is None:
+        """One conditional write (``op``: "update" or "status"; ``args`` in the order of its
+        statement, the actor second to last). Audited writes are coalesced with others of
+        their kind in flight when group commit is on. None if the condition failed."""
+        actor = args[-2]
+        if not self.group_commit or actor is None:
             return await self._write_one(op, kind, args)
         lane = self._lanes.get((op, kind.kind))
         if lane is None:
@@ -244,22 +246,22 @@ class Store:
         return await lane.write((args[0], args[1]), args)
 
     async def _write_one(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
-        text = sql.update(kind) if op == "update" else sql.update_status(kind)
-        return await self.pool.fetchrow(text, *args)
+        one, _ = _STATEMENTS[op]
+        return await self.pool.fetchrow(one(kind), *args)
 
     async def _write_many(
         self, op: str, kind: Kind, batch: Sequence[tuple[Any, ...]]
     ) -> list[asyncpg.Record | None]:
         """Many writes in one statement, sent in (namespace, name) order; each one's record
-        (without the batch's ordinal) in the order given, or None where its condition failed."""
+        (without the batch's ordinal) in the order given, or None where its condition failed.
+        The JSON columns (the dicts and lists among the arguments) go as text arrays."""
         order = sorted(range(len(batch)), key=lambda i: (batch[i][0], batch[i][1]))
-        json_at = {3, 4, 5, 6, 7} if op == "update" else {3}
         arrays = [
-            [_json(batch[i][c]) if c in json_at else batch[i][c] for i in order]
+            [_json(v) if isinstance(v, dict | list) else v for v in (batch[i][c] for i in order)]
             for c in range(len(batch[0]))
         ]
-        text = sql.update_batch(kind) if op == "update" else sql.update_status_batch(kind)
-        recs = await self.pool.fetch(text, *arrays)
+        _, many = _STATEMENTS[op]
+        recs = await self.pool.fetch(many(kind), *arrays)
         out: list[asyncpg.Record | None] = [None] * len(batch)
         for rec in recs:
             out[order[rec["qm_ord"] - 1]] = rec
@@ -537,6 +539,13 @@ def _graceful_pod(cur: Stored, grace: int | None) -> int | None:
     if grace is None:
         grace = int((cur.row["spec"] or {}).get("terminationGracePeriodSeconds", 30))
     return grace if grace > 0 else None
+
+
+# The one-object and the batched statement of each group-committed write.
+_STATEMENTS: dict[str, tuple[Callable[[Kind], str], Callable[[Kind], str]]] = {
+    "update": (sql.update, sql.update_batch),
+    "status": (sql.update_status, sql.update_status_batch),
+}
 
 
 def _json(value: Any) -> str:

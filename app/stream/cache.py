@@ -168,7 +168,7 @@ class WatchCache:
         # tail's query is not parsed again on every poll (but is planned for each value).
         conn = await asyncpg.connect(dsn, server_settings=TAIL_SETTINGS)
         await self._load(conn)
-        await conn.add_listener("qm_stream", lambda *_: self._wake.set())
+        await self._listen(conn)
         self._task = asyncio.create_task(self._tail(conn, dsn))
         self.ready.set()
 
@@ -245,7 +245,10 @@ class WatchCache:
                 if conn.is_closed():
                     with contextlib.suppress(Exception):
                         conn = await asyncpg.connect(dsn, server_settings=TAIL_SETTINGS)
-                        await conn.add_listener("qm_stream", lambda *_: self._wake.set())
+                        await self._listen(conn)
+
+    async def _listen(self, conn: asyncpg.Connection) -> None:
+        await conn.add_listener("qm_stream", lambda *_: self._wake.set())
 
     async def _reload(self, conn: asyncpg.Connection) -> None:
         """Rebuild from the log after falling behind its compaction; every open watch ends

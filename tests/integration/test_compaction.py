@@ -47,12 +47,18 @@ def _write(db: psycopg.Connection, names: list[str], value: str) -> None:
             )
 
 
-async def _logged(db: psycopg.Connection) -> int:
-    """Wait until the revisioner has logged everything committed so far; the last revision."""
+async def _logged(db: psycopg.Connection, deleted: tuple[str, ...] = ()) -> int:
+    """Wait until the revisioner has logged everything committed so far; the last revision.
+    A delete leaves no row version behind, so the names ``deleted`` are waited for as ``D``
+    entries (a delete logged after the wait would sit above the compaction cutoff)."""
     target = db.execute("SELECT max(row_version) FROM configmaps").fetchone()[0]  # type: ignore[index]
     for _ in range(200):
         got = db.execute("SELECT max(row_version) FROM qm_revision_log").fetchone()[0]  # type: ignore[index]
-        if got is not None and got >= target:
+        gone = db.execute(
+            "SELECT count(DISTINCT name) FROM qm_revision_log WHERE op = 'D' AND name = ANY(%s)",
+            (list(deleted),),
+        ).fetchone()[0]  # type: ignore[index]
+        if got is not None and got >= target and gone == len(deleted):
             return int(db.execute("SELECT last_revision FROM qm_stream_state").fetchone()[0])  # type: ignore[index]
         await asyncio.sleep(0.05)
     raise AssertionError("the revisioner did not log the writes")
@@ -64,7 +70,7 @@ async def test_compacted_log_still_holds_current_state(own_db: str) -> None:
         for v in range(4):
             _write(db, names, str(v))
         db.execute("DELETE FROM configmaps WHERE namespace = %s AND name = 'c4'", (NS,))
-        upto = await _logged(db)
+        upto = await _logged(db, deleted=("c4",))
         compact(db, upto, batch=7)
         rows = db.execute(
             "SELECT name, op::text, object->'data'->>'v' FROM qm_revision_log"

@@ -10,10 +10,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+from pools import pool_on
 
 from app.core import errors
 from app.core.kinds import BY_KIND
-from app.store.db import create_pool
 from app.store.store import Store
 
 LEASE = BY_KIND["Lease"]
@@ -23,11 +23,8 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 async def pool(make_database: Callable[[str], str]) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(make_database("qm_group_commit"), min_size=1, max_size=12)
-    try:
+    async with pool_on(make_database("qm_group_commit"), 12) as p:
         yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture

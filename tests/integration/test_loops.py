@@ -12,9 +12,9 @@ from typing import Any
 
 import asyncpg
 import pytest
+from pools import pool_on
 
 from app.core.kinds import BY_KIND
-from app.store.db import create_pool
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store
 from workers.loops import Context
@@ -26,11 +26,8 @@ NS = "loops"
 
 @pytest.fixture
 async def ctx(make_database: Any) -> AsyncIterator[Context]:
-    pool = await create_pool(make_database("qm_loops"), min_size=1, max_size=4)
-    try:
+    async with pool_on(make_database("qm_loops"), 4) as pool:
         yield Context(pool, Store(pool), time.monotonic, lambda: datetime.now(UTC))
-    finally:
-        await pool.close()
 
 
 def _ref(i: int) -> ObjectRef:

@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 from plane import NS as PLANE_NS
 from plane import Plane, start_worker
+from pools import pool_on
 
 from app.core import quota
 from app.core.errors import Forbidden
 from app.core.kinds import BY_KIND
 from app.core.quota import Usage
-from app.store.db import create_pool
 from app.store.quota import quota_usage, usage_groups
 from app.store.store import Store
 
@@ -30,11 +30,8 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 async def pool(make_database: Callable[[str], str]) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(make_database("qm_quota"), min_size=1, max_size=24)
-    try:
+    async with pool_on(make_database("qm_quota"), 24) as p:
         yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture
