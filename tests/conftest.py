@@ -39,7 +39,7 @@ from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres, create_database, drop_database
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import free_port
-from app.stream.revisioner import Revisioner
+from app.stream.revisioner import Revisioner, streaming
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,9 +184,7 @@ def running_revisioner(url: str) -> Iterator[Callable[[], None]]:
     try:
         with psycopg.connect(url, autocommit=True) as db:
             deadline = time.monotonic() + 60
-            while not db.execute(
-                "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-            ).fetchone():
+            while not streaming(db):
                 assert time.monotonic() < deadline, "the revisioner's slot never became active"
                 time.sleep(0.05)
 

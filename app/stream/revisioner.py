@@ -461,3 +461,16 @@ def slot_name(database: str) -> str:
     """One slot per database (slots are cluster-wide objects; names allow [a-z0-9_])."""
     clean = re.sub(r"[^a-z0-9_]", "_", database.lower())
     return (SLOT_PREFIX + clean)[:63]
+
+
+# A slot is also "active" while ``pg_create_logical_replication_slot`` builds it, before the
+# reseed; only a walsender holding it means the revisioner is streaming.
+_STREAMING = """
+SELECT 1 FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid
+WHERE s.database = current_database() AND s.slot_name LIKE %s AND a.backend_type = 'walsender'
+"""
+
+
+def streaming(db: psycopg.Connection[Any]) -> bool:
+    """True once a revisioner streams this database: every commit from now on is logged."""
+    return db.execute(_STREAMING, (SLOT_PREFIX + "%",)).fetchone() is not None

@@ -30,6 +30,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from app.stream.revisioner import streaming
 from bench.common import ROOT, Stack, free_port, machine, median, write_result
 from bench.scheduler.run import Procs, cpu_seconds, postgres_cpu_seconds, scrape, wait_for
 
@@ -103,9 +104,7 @@ def one_run(stack: Stack, redis_url: str, args: argparse.Namespace, n: int, proc
     try:
         rev = procs.start(["-m", "app.stream"], {**env, "QM_HISTORY_SECONDS": "86400"},
                           run_log / "revisioner.log")  # fmt: skip
-        wait_for("the revisioner's slot", lambda: db.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-        ).fetchone(), 120, [rev])  # fmt: skip
+        wait_for("the revisioner to stream", lambda: streaming(db), 120, [rev])
         copy_nodes(db, args.nodes)
         port = free_port()
         sched = procs.start(["-m", "app.scheduler", "--metrics-port", str(port)], env,

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import contextlib
 
+from app.stream.revisioner import streaming
 from bench.common import ROOT, Stack, free_port, machine, median, percentile, write_result
 
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -316,9 +317,7 @@ def one_run(stack: Stack, args: argparse.Namespace, n: int, procs: Procs, logdir
         # History is kept for the whole run: the measurements read it afterwards.
         rev = procs.start(["-m", "app.stream"], {**env, "QM_HISTORY_SECONDS": "86400",
                           "QM_LOG_LEVEL": "info"}, run_log / "revisioner.log")  # fmt: skip
-        wait_for("the revisioner's slot", lambda: db.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE active AND database = current_database()"
-        ).fetchone(), 120, [rev])  # fmt: skip
+        wait_for("the revisioner to stream", lambda: streaming(db), 120, [rev])
 
         # 1. nodes
         t0 = time.monotonic()

@@ -3,16 +3,19 @@ the replication slot is lost."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 import uuid
+from typing import Any
 
 import httpx
 import psycopg
 
 from app.api.background import drop_abandoned_slots
 from app.store.db import create_pool
-from app.stream.revisioner import slot_name
+from app.stream.revisioner import Revisioner, slot_name, streaming
 
 NS = "stream-ops"
 
@@ -176,3 +179,41 @@ def test_truncate_by_sql_appears_as_deletions(api_server, pg_url) -> None:  # ty
             c.get(f"/apis/quaymaster.io/v1/namespaces/{NS}/poddisruptionbudgets").json()["items"]
             == []
         )
+
+
+def _until(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_streaming_only_once_a_walsender_holds_the_slot(make_database: Any) -> None:
+    """While the slot is still being created (it waits for running transactions) it shows as
+    active, yet the revisioner has not reseeded nor started streaming: writes then would reach
+    the log only through the reseed. ``streaming`` must say no until the walsender holds it."""
+    url = make_database("qm_streaming")
+    stop = threading.Event()
+    thread = threading.Thread(target=Revisioner(url, retain_s=3600).run, args=(stop,))
+    with psycopg.connect(url, autocommit=True) as db, psycopg.connect(url) as blocker:
+        try:
+            blocker.execute("SELECT txid_current()")  # an open transaction with an xid
+            thread.start()
+            _until(
+                lambda: db.execute(
+                    "SELECT 1 FROM pg_replication_slots WHERE active"
+                    " AND database = current_database()"
+                ).fetchone(),
+                "the slot was never being created",
+            )
+            assert not streaming(db), "a slot still being created is not a stream"
+            blocker.rollback()
+            _until(lambda: streaming(db), "the revisioner never started streaming")
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+            with contextlib.suppress(psycopg.Error):
+                db.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                    " WHERE database = current_database() AND NOT active"
+                )
