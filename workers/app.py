@@ -20,6 +20,8 @@ QUEUES = int(os.environ.get("QM_RECONCILE_QUEUES", "4"))
 RESYNC_SECONDS = float(os.environ.get("QM_RESYNC_SECONDS", "60"))
 # Nodes' batch-allocatable follows usage, sampled by the agents every 10 s (ADR 0021).
 RECLAIM_SECONDS = float(os.environ.get("QM_RECLAIM_SECONDS", "10"))
+# Nodes per reclaim task on that tick: one read of each kind per chunk instead of per node.
+RECLAIM_CHUNK = max(1, int(os.environ.get("QM_RECLAIM_CHUNK", "500")))
 # Messages a worker process holds ahead of the one it runs. More hides the broker's round
 # trips (with one, every task waits for the previous one's acknowledgement before it is even
 # fetched); the price is that a worker that dies holding them delays those keys until the
@@ -55,6 +57,6 @@ app.conf.update(
     timezone="UTC",
     beat_schedule={
         "resync": {"task": "workers.tasks.resync", "schedule": RESYNC_SECONDS},
-        "reclaim": {"task": "workers.tasks.resync", "schedule": RECLAIM_SECONDS, "args": ("Node",)},
+        "reclaim": {"task": "workers.tasks.reclaim_sweep", "schedule": RECLAIM_SECONDS},
     },
 )

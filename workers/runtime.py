@@ -86,6 +86,30 @@ class Runtime:
                     conn.terminate()  # the lock ends with the session, never left held
                     raise
 
+    @contextlib.asynccontextmanager
+    async def locked_many(self, keys: list[str]) -> AsyncIterator[set[str]]:
+        """Hold the advisory locks of whichever ``keys`` are free, on one connection, for the
+        block; yields those keys (a key another reconcile holds is left to it)."""
+        pool = await self.pool()
+        async with pool.acquire() as conn:
+            got: list[str] = await conn.fetchval(
+                "SELECT coalesce(array_agg(k), '{}') FROM unnest($1::text[]) k"
+                " WHERE pg_try_advisory_lock(hashtextextended(k, 7))",
+                list(dict.fromkeys(keys)),
+            )
+            try:
+                yield set(got)
+            finally:
+                try:
+                    await conn.execute(
+                        "SELECT pg_advisory_unlock(hashtextextended(k, 7))"
+                        " FROM unnest($1::text[]) k",
+                        got,
+                    )
+                except BaseException:
+                    conn.terminate()  # the locks end with the session, never left held
+                    raise
+
     # -- pending markers -----------------------------------------------------------------
     def mark_pending(self, key: str) -> bool:
         """True when the key was not pending yet (the caller should enqueue it)."""

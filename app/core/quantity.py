@@ -16,6 +16,7 @@ Grammar (as in ``k8s.io/apimachinery/pkg/api/resource``)::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -78,6 +79,9 @@ def _show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# The same few quantities recur everywhere (every node's "16" and "64Gi", read each tick), and
+# a Fraction is immutable; errors are raised again each time (lru_cache keeps only returns).
+@functools.lru_cache(maxsize=4096)
 def _parse_string(text: str) -> Fraction:
     if not text:
         raise ValueError("quantity must not be empty")

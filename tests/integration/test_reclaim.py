@@ -13,12 +13,17 @@ write that loses a race to another writer evicts nothing.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import redis
 import redis.asyncio as aioredis
 from plane import Plane, start_worker
 
@@ -28,25 +33,27 @@ from app.devstack.supervise import free_port
 from app.store.db import create_pool
 from app.store.store import Store
 from app.store.usage import NodeSample, PodUsage, UsageStore
+from workers.controllers import reclaim as shell
 from workers.controllers.apply import with_version
-from workers.controllers.reclaim import RACE_RETRY_SECONDS, apply, rooms
+from workers.controllers.reclaim import AFTER_EVICTION_SECONDS, RACE_RETRY_SECONDS, apply, rooms
+from workers.runtime import Runtime, key_text
 
 NS = "reclaim"
 NODE = "n1"
 WEB_UID = str(uuid.uuid4())
 
 
-def add_node(p: Plane, status_extra: dict[str, Any] | None = None) -> None:
+def add_node(p: Plane, status_extra: dict[str, Any] | None = None, name: str = NODE) -> None:
     status = {
         "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
         "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
         "conditions": [{"type": "Ready", "status": "True"}],
         **(status_extra or {}),
     }
-    labels = {"kubernetes.io/hostname": NODE, "topology.kubernetes.io/zone": "z1"}
+    labels = {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": "z1"}
     p.db.execute(
         "INSERT INTO nodes (uid, name, labels, status) VALUES (%s, %s, %s, %s)",
-        (uuid.uuid4(), NODE, json.dumps(labels), json.dumps(status)),
+        (uuid.uuid4(), name, json.dumps(labels), json.dumps(status)),
     )
 
 
@@ -65,7 +72,7 @@ def add_pod(p: Plane, name: str, priority: int, cpu: str, node: str | None, uid:
     )
 
 
-def record(p: Plane, web_cpu: int, count: int = 1) -> None:
+def record(p: Plane, web_cpu: int, count: int = 1, node: str = NODE) -> None:
     """``count`` samples of the node, the newest now, with production's pod at ``web_cpu``."""
 
     async def go() -> None:
@@ -75,22 +82,22 @@ def record(p: Plane, web_cpu: int, count: int = 1) -> None:
         for i in reversed(range(count)):
             web = PodUsage(NS, "web", WEB_UID, 2000, web_cpu, 512 << 20)
             batch = PodUsage(NS, "b-top", "x", 200, 400, 128 << 20)
-            sample = NodeSample(NODE, now - 10 * i, web_cpu + 400, 640 << 20, (web, batch))
+            sample = NodeSample(node, now - 10 * i, web_cpu + 400, 640 << 20, (web, batch))
             await store.record(sample)
         await client.aclose()
 
     asyncio.run(go())
 
 
-def batch_allocatable(p: Plane) -> dict[str, Any] | None:
-    row = p.db.execute("SELECT status->'batchAllocatable' FROM nodes WHERE name = %s", (NODE,))
+def batch_allocatable(p: Plane, node: str = NODE) -> dict[str, Any] | None:
+    row = p.db.execute("SELECT status->'batchAllocatable' FROM nodes WHERE name = %s", (node,))
     found = row.fetchone()
     return found[0] if found else None
 
 
-def live(p: Plane) -> set[str]:
+def live(p: Plane, node: str = NODE) -> set[str]:
     rows = p.db.execute(
-        "SELECT name FROM pods WHERE node_name = %s AND deletion_timestamp IS NULL", (NODE,)
+        "SELECT name FROM pods WHERE node_name = %s AND deletion_timestamp IS NULL", (node,)
     ).fetchall()
     return {r[0] for r in rows}
 
@@ -183,7 +190,7 @@ def test_a_status_write_that_loses_a_race_evicts_nothing(plane: Plane) -> None:
             store = Store(pool)
             node = await store.get(BY_KIND["Node"], "", NODE)
             now = time.time()
-            plan = core.reconcile(with_version(node), await rooms(pool, NODE), [], now,
+            plan = core.reconcile(with_version(node), await rooms(pool, NODE), core.NO_SAMPLES, now,
                                   core.Config())  # fmt: skip
             assert [e.name for e in plan.evictions] == ["b-1"] and plan.status is not None
             if race:  # the agent writes the node's status in between
@@ -202,3 +209,72 @@ def test_a_status_write_that_loses_a_race_evicts_nothing(plane: Plane) -> None:
     assert batch_allocatable(plane) is None and live(plane) == {"web"}
     status = plane.db.execute("SELECT status FROM nodes WHERE name = %s", (NODE,)).fetchone()
     assert status is not None and status[0]["nodeInfo"] == {}  # the rest of the status kept
+
+
+def test_one_tick_over_many_nodes_reads_them_in_bulk(plane: Plane, monkeypatch: Any) -> None:
+    """``reconcile_nodes``, what each chunk task of the tick runs: every node of the chunk is
+    planned and applied as alone, a missing one is passed over, and a node whose lock another
+    reconcile holds is left to it."""
+    monkeypatch.setenv("DATABASE_URL", plane.url)
+    monkeypatch.setenv("QM_BROKER_URL", plane.env["QM_BROKER_URL"])
+    monkeypatch.setattr(shell, "_usage", None)  # the usage store of this test's Redis
+    lends, lost, held = "n-lends", "n-no-samples", "n-held"
+    add_node(plane, name=lends)
+    add_pod(plane, "web", 2000, "3", lends, uid=WEB_UID)
+    record(plane, 500, count=6, node=lends)
+    add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}}, name=lost)
+    add_pod(plane, "web-2", 2000, "3", lost)
+    add_pod(plane, "b-1", 1, "1500m", lost)
+    add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}}, name=held)
+    add_pod(plane, "b-2", 1, "5", held)  # over allocatable: goes once the figure is gone
+
+    rt = Runtime()
+    try:
+        with psycopg.connect(plane.url, autocommit=True) as other:
+            other.execute(
+                "SELECT pg_advisory_lock(hashtextextended(%s, 7))", (key_text("Node", "", held),)
+            )
+            again = rt.run(shell.reconcile_nodes(rt, [held, lends, "n-gone", lost], time.time()))
+            assert again == {lost: AFTER_EVICTION_SECONDS}
+            assert (batch_allocatable(plane, lends) or {}).get("cpu") == "6100m"
+            assert batch_allocatable(plane, lost) is None and live(plane, lost) == {"web-2"}
+            assert batch_allocatable(plane, held) == {"cpu": "6", "memory": "12Gi"}
+            assert live(plane, held) == {"b-2"}, "a node another reconcile holds is left alone"
+        # The other reconcile is done: the next tick takes the node.
+        again = rt.run(shell.reconcile_nodes(rt, [held, lends, lost], time.time()))
+        assert again == {held: AFTER_EVICTION_SECONDS}
+        assert batch_allocatable(plane, held) is None and live(plane, held) == set()
+        keys = [key_text("Node", "", n) for n in (held, lends, lost)]
+        free = plane.db.execute(
+            "SELECT bool_and(pg_try_advisory_lock(hashtextextended(k, 7))),"
+            " bool_and(pg_advisory_unlock(hashtextextended(k, 7))) FROM unnest(%s::text[]) k",
+            (keys,),
+        ).fetchone()
+        assert free == (True, True), "every lock the tick took is released"
+    finally:
+        if rt._pool is not None:
+            rt.run(rt._pool.close())
+        rt.loop.close()
+
+
+def test_the_tick_queues_a_task_per_chunk_and_never_a_backlog(plane: Plane) -> None:
+    """``reclaim_sweep`` with no worker to run its tasks: five nodes in chunks of two make three
+    tasks; a second tick while they are still queued adds none."""
+    for i in range(5):
+        add_node(plane, name=f"n-{i}")
+    env = {**plane.env, "QM_RECLAIM_CHUNK": "2", "QM_RECONCILE_QUEUES": "2"}
+    code = "from workers.tasks import reclaim_sweep; print(reclaim_sweep(), reclaim_sweep())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "0"]
+    broker = redis.Redis.from_url(plane.env["QM_BROKER_URL"])
+    try:
+        queued = [
+            json.loads(m) for q in ("reconcile-0", "reconcile-1") for m in broker.lrange(q, 0, -1)
+        ]
+    finally:
+        broker.close()
+    chunks = sorted(json.loads(base64.b64decode(m["body"]))[0][1] for m in queued)
+    assert chunks == [["n-0", "n-1"], ["n-2", "n-3"], ["n-4"]]

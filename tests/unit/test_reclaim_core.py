@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from app.core.controllers.reclaim import (
     EVICTED,
     FIELD,
+    NO_SAMPLES,
     RECLAIMED,
     Config,
     PodRoom,
@@ -21,8 +22,10 @@ from app.core.controllers.reclaim import (
     ReclaimPlan,
     Resources,
     Sample,
+    Series,
     compute_figure,
     percentile,
+    production_series,
     production_usage,
     reconcile,
     victims,
@@ -52,9 +55,17 @@ def sample(at: float, *uses: tuple[int, int, int]) -> Sample:
     return Sample(at, tuple(PodUse(p, c, m) for p, c, m in uses))
 
 
-def steady(cpu: int, mem: int = 0, n: int = 6, prio: int = 1000) -> list[Sample]:
+def series(samples: list[Sample]) -> Series:
+    return production_series(samples, CFG.threshold)
+
+
+def steady_samples(cpu: int, mem: int = 0, n: int = 6, prio: int = 1000) -> list[Sample]:
     """``n`` samples of one production pod, 10 s apart, the last one at T0."""
     return [sample(T0 - 10 * i, (prio, cpu, mem)) for i in reversed(range(n))]
+
+
+def steady(cpu: int, mem: int = 0, n: int = 6, prio: int = 1000) -> Series:
+    return series(steady_samples(cpu, mem, n, prio))
 
 
 # ------------------------------------------------------------------------------ the figure
@@ -105,9 +116,9 @@ def test_usage_is_the_p95_over_the_hour_or_the_latest_if_higher() -> None:
     cpu = [100] * 94 + [2000] + [3000] * 5
     samples = [sample(T0 - 3000 + 30 * i, (1000, c, 0)) for i, c in enumerate(cpu)]
     samples.append(sample(T0, (1000, 100, 0)))
-    assert production_usage(samples, T0, CFG) == Resources(2000, 0)
+    assert production_usage(series(samples), T0, CFG) == Resources(2000, 0)
     rising = [*samples[:-1], sample(T0, (1000, 3500, 0))]
-    assert production_usage(rising, T0, CFG) == Resources(3500, 0)
+    assert production_usage(series(rising), T0, CFG) == Resources(3500, 0)
 
 
 def test_usage_counts_production_only_and_forgets_older_than_the_hour() -> None:
@@ -116,13 +127,13 @@ def test_usage_counts_production_only_and_forgets_older_than_the_hour() -> None:
         sample(T0 - 20, (1000, 300, GI), (999, 2000, 2 * GI), (2000, 200, 0)),
         sample(T0, (1000, 100, GI)),
     ]
-    assert production_usage(samples, T0, CFG) == Resources(500, GI)
+    assert production_usage(series(samples), T0, CFG) == Resources(500, GI)
 
 
 @pytest.mark.parametrize("last", [T0 - 121, T0 - 3000])
 def test_no_recent_sample_means_no_figure(last: float) -> None:
-    assert production_usage([sample(last, (1000, 100, 0))], T0, CFG) is None
-    assert production_usage([], T0, CFG) is None
+    assert production_usage(series([sample(last, (1000, 100, 0))]), T0, CFG) is None
+    assert production_usage(NO_SAMPLES, T0, CFG) is None
 
 
 # ------------------------------------------------------------------------------ hysteresis
@@ -168,7 +179,7 @@ def test_story_lend_then_take_back() -> None:
     assert lent.status is not None and lent.status[FIELD]["cpu"] == "6100m"
     assert lent.status["allocatable"] == node()["status"]["allocatable"]  # the rest kept
     assert lent.evictions == () and lent.events == ()
-    rose = [*steady(500), sample(T0 + 10, (1000, 3000, 0))]
+    rose = series([*steady_samples(500), sample(T0 + 10, (1000, 3000, 0))])
     back = reconcile(node(lent.status[FIELD]), pods, rose, T0 + 10, CFG)
     assert back.status is not None and back.status[FIELD]["cpu"] == "3600m"
     # 6000m held, 3600m allowed: b-low, then the most recently started of priority 50
@@ -211,10 +222,10 @@ def test_terminating_batch_pods_are_not_counted_nor_evicted_again() -> None:
 
 def test_no_data_removes_the_figure_and_holds_to_allocatable() -> None:
     pods = [pod("web", 1000, 3000), pod("b", 1, 2000)]
-    plan = reconcile(node({"cpu": "6100m", "memory": "7Gi"}), pods, [], T0, CFG)
+    plan = reconcile(node({"cpu": "6100m", "memory": "7Gi"}), pods, NO_SAMPLES, T0, CFG)
     assert plan.status is not None and FIELD not in plan.status
     assert plan.figure is None and [e.name for e in plan.evictions] == ["b"]
-    again = reconcile(node(), pods, [], T0, CFG)  # never had a figure: nothing to write
+    again = reconcile(node(), pods, NO_SAMPLES, T0, CFG)  # never had a figure: nothing to write
     assert again.status is None and again.evictions == plan.evictions
 
 
@@ -260,7 +271,7 @@ pod_strategy = st.builds(
 def test_fixpoint_and_invariants(
     pods: list[PodRoom], usage: list[tuple[int, int]], batch: tuple[int, int] | None
 ) -> None:
-    samples = [sample(T0 - 10 * i, (1000, c, m)) for i, (c, m) in enumerate(usage)]
+    samples = series([sample(T0 - 10 * i, (1000, c, m)) for i, (c, m) in enumerate(usage)])
     start = node(None if batch is None else {"cpu": f"{batch[0]}m", "memory": str(batch[1])})
     plan = reconcile(start, pods, samples, T0, CFG)
     assert all(p.priority < CFG.threshold for p in pods if p.uid in {e.uid for e in plan.evictions})

@@ -15,7 +15,8 @@ pods are evicted, lowest priority first, then most recently started; production 
 
 Called by ``workers.controllers.reclaim`` with the Node (``resourceVersion`` = row version),
 the pods holding room on it (requests as the allocation triggers count them) and the node's
-usage samples; the shell applies the returned :class:`ReclaimPlan`.
+usage samples, reduced to production's sums (:class:`Series`); the shell applies the
+returned :class:`ReclaimPlan`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from app.core.controllers.plan import Note
 from app.core.errors import StatusError
@@ -87,6 +90,20 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class Series:
+    """A node's samples reduced to what the figure needs: per sample its time and production's
+    summed cpu millicores and memory bytes, as parallel sequences (numpy arrays from the usage
+    store: the controller reads an hour of every node every 10 s)."""
+
+    at: Sequence[float] | np.ndarray
+    cpu_millis: Sequence[int] | np.ndarray
+    memory_bytes: Sequence[int] | np.ndarray
+
+
+NO_SAMPLES = Series((), (), ())
+
+
+@dataclass(frozen=True, slots=True)
 class PodRoom:
     """A pod holding room on the node (bound, not Succeeded or Failed)."""
 
@@ -127,10 +144,11 @@ class ReclaimPlan:
 # ------------------------------------------------------------------------------ the figure
 
 
-def percentile(values: Sequence[int], q: float) -> int:
+def percentile(values: Sequence[int] | np.ndarray, q: float) -> int:
     """The nearest-rank ``q`` quantile (0 < q <= 1) of a non-empty sequence."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    arr = np.asarray(values)
+    k = max(0, math.ceil(q * len(arr)) - 1)
+    return int(np.partition(arr, k)[k])
 
 
 def production_sum(sample: Sample, threshold: int) -> Resources:
@@ -142,16 +160,28 @@ def production_sum(sample: Sample, threshold: int) -> Resources:
     return Resources(cpu, mem)
 
 
-def production_usage(samples: Iterable[Sample], now: float, cfg: Config) -> Resources | None:
+def production_series(samples: Iterable[Sample], threshold: int) -> Series:
+    """Samples reduced to production's summed use, as the usage store hands them over."""
+    ordered = sorted(samples, key=lambda s: s.at)
+    sums = [production_sum(s, threshold) for s in ordered]
+    return Series(
+        [s.at for s in ordered], [u.cpu_millis for u in sums], [u.memory_bytes for u in sums]
+    )
+
+
+def production_usage(series: Series, now: float, cfg: Config) -> Resources | None:
     """max(p95 over the window, latest) per resource; ``None`` without a recent sample."""
-    recent = sorted((s for s in samples if s.at > now - cfg.window_seconds), key=lambda s: s.at)
-    if not recent or recent[-1].at < now - cfg.stale_seconds:
+    at = np.asarray(series.at, dtype=np.float64)
+    recent = np.flatnonzero(at > now - cfg.window_seconds)
+    if not len(recent):
         return None
-    sums = [production_sum(s, cfg.threshold) for s in recent]
-    p_cpu = percentile([u.cpu_millis for u in sums], cfg.quantile)
-    p_mem = percentile([u.memory_bytes for u in sums], cfg.quantile)
-    latest = sums[-1]
-    return Resources(max(p_cpu, latest.cpu_millis), max(p_mem, latest.memory_bytes))
+    latest = recent[np.argmax(at[recent])]
+    if at[latest] < now - cfg.stale_seconds:
+        return None
+    cpu, mem = np.asarray(series.cpu_millis), np.asarray(series.memory_bytes)
+    p_cpu = percentile(cpu[recent], cfg.quantile)
+    p_mem = percentile(mem[recent], cfg.quantile)
+    return Resources(max(p_cpu, int(cpu[latest])), max(p_mem, int(mem[latest])))
 
 
 def compute_figure(
@@ -246,10 +276,10 @@ def _resources(table: Any, fallback: Resources | None = None) -> Resources | Non
 
 
 def desired_figure(
-    allocatable: Resources, pods: Sequence[PodRoom], samples: Sequence[Sample], now: float,
+    allocatable: Resources, pods: Sequence[PodRoom], series: Series, now: float,
     cfg: Config,
 ) -> Resources | None:  # fmt: skip
-    usage = production_usage(samples, now, cfg)
+    usage = production_usage(series, now, cfg)
     if usage is None:
         return None
     production = held(p for p in pods if p.priority >= cfg.threshold)
@@ -257,7 +287,7 @@ def desired_figure(
 
 
 def reconcile(
-    node: Obj, pods: Sequence[PodRoom], samples: Sequence[Sample], now: float, cfg: Config
+    node: Obj, pods: Sequence[PodRoom], series: Series, now: float, cfg: Config
 ) -> ReclaimPlan:
     """The figure to write (if any) and the batch pods to evict so the node's room fits it."""
     status = node.get("status") if isinstance(node.get("status"), dict) else {}
@@ -266,7 +296,7 @@ def reconcile(
     if allocatable is None or (node.get("metadata") or {}).get("deletionTimestamp"):
         return ReclaimPlan()
     current = _resources(status.get(FIELD), allocatable) if FIELD in status else None
-    desired = desired_figure(allocatable, pods, samples, now, cfg)
+    desired = desired_figure(allocatable, pods, series, now, cfg)
     new_status = None
     if worth_writing(current, desired, allocatable, cfg):
         new_status = {k: v for k, v in status.items() if k != FIELD}
