@@ -14,6 +14,8 @@ enough that ten thousand nodes do not saturate the process that simulates them) 
 * renewal as :class:`agent.lease.LeaseKeeper` does it: a ``PUT`` of :func:`agent.lease.renewed`
   conditional on the resourceVersion last written, and on a conflict one re-read and retry;
 * the 5-minute full status rewrite (``GET`` + conditional ``PUT .../status``);
+* the 10 s usage report as :class:`agent.usage.UsageCollector` sends it (``POST`` of
+  :func:`agent.usage.sample_body`), for ``usage_pods`` simulated pods whose figures vary;
 * pods run by the real :class:`agent.pods.PodWorker` on the ``sim`` runtime, whose status
   writes go through :class:`AsyncPodApi` (a start costs two writes: Running, then Ready).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ from agent.pods import PodWorker
 from agent.probe_exec import ProbeContext
 from agent.probes import Action, Outcome, ProbeResult
 from agent.runtime.sim import SimRuntime
+from agent.usage import sample_body, samples_path
 from app.core import errors
 from app.core.errors import AlreadyExists, Conflict, NotFound
 from app.core.kinds import BY_KIND, Kind
@@ -174,6 +178,8 @@ class HollowNode:
     renewals: int = 0
     conflicts: int = 0
     status_writes: int = 0
+    usage_pods: int = 0  # pods in each usage report
+    usage_reports: int = 0
 
     @property
     def name(self) -> str:
@@ -237,6 +243,35 @@ class HollowNode:
             self.status_writes += 1
             return
         raise Conflict(f"node {self.name}: status lost {retries} races in a row")
+
+    async def report_usage(self, wall: float) -> None:
+        """One usage report, as the agent's collector sends it every 10 s."""
+        pods = usage_entries(self.name, self.usage_pods, wall)
+        await self.api.request("POST", samples_path(self.name), sample_body(self.name, wall, pods))
+        self.usage_reports += 1
+
+
+USAGE_NAMESPACE = "hollow"
+
+
+def usage_entries(node: str, count: int, wall: float) -> list[Obj]:
+    """``count`` pod entries as the collector builds them (one container each): a fifth at a
+    production priority, the rest batch; CPU moves with the time so samples differ."""
+    tick = int(wall // 10)
+    entries = []
+    for j in range(count):
+        cpu = 50 + (tick * 7 + j * 13) % 400
+        memory = (64 + j % 8 * 32) << 20
+        entries.append({
+            "namespace": USAGE_NAMESPACE,
+            "name": f"{node}-u{j}",
+            "uid": f"00000000-0000-4000-8000-{(zlib.crc32(node.encode()) + j) % 16**12:012x}",
+            "priority": 2000 if j < max(1, count // 5) else 100,
+            "cpuMillis": cpu,
+            "memoryBytes": memory,
+            "containers": [{"name": "main", "cpuMillis": cpu, "memoryBytes": memory}],
+        })  # fmt: skip
+    return entries
 
 
 def hollow_nodes(

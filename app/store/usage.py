@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 
@@ -51,10 +52,21 @@ RECORD = struct.Struct("<qiqq")  # at ms, priority, cpu millicores, memory bytes
 _RECORDS = np.dtype([("at", "<i8"), ("prio", "<i4"), ("cpu", "<i8"), ("mem", "<i8")])
 NO_PODS = -(2**31)  # the priority of the record standing for a sample without pods
 
-# Appends one sample's records, filed at its own time unless the series already ends at or after
-# it, then cuts what is older than the cutoff once that is a tenth of the series (binary search
-# over the fixed-size records; copying the rest on every append would cost more than it saves).
-_APPEND = f"""
+# Records one sample in one round trip, atomically (a Lua script runs alone):
+#
+# 1. the history: the sample's records appended, filed at the sample's time unless the history
+#    already ends at or after it, then what is older than the cutoff cut once that is a tenth
+#    of the history (a binary search over the fixed-size records; cutting on every append
+#    would copy the string each time);
+# 2. the node's latest sample, and its time in the ``nodes`` index (old entries dropped);
+# 3. each pod's latest figures in ``pods:{namespace}``, and pods that were in the node's
+#    previous sample but not in this one taken out (``podnames:{node}`` remembers them).
+#
+# KEYS: hist:{node}, latest:{node}, nodes, podnames:{node}, namespaces
+# ARGV: at ms, cutoff ms, records, ttl s, latest sample, node, at s, nodes cutoff s, the pods
+#       hash prefix, then per pod: namespace, name, figures. The pods hashes are named by the
+#       pods' namespaces, so they are not in KEYS: fine on one Redis, not on a Redis Cluster.
+_RECORD = f"""
 local key, at, cutoff, recs = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local size = {RECORD.size}
 local len = redis.call('STRLEN', key)
@@ -85,6 +97,34 @@ if lo > 0 and lo >= n / 10 then
   redis.call('SET', key, redis.call('GETRANGE', key, lo * size, -1))
 end
 redis.call('EXPIRE', key, ARGV[4])
+
+redis.call('SET', KEYS[2], ARGV[5], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[8])
+
+local prefix, present, members, spaces = ARGV[9], {{}}, {{}}, {{}}
+for i = 10, #ARGV, 3 do
+  local ns, name = ARGV[i], ARGV[i + 1]
+  redis.call('HSET', prefix .. ns, name, ARGV[i + 2])
+  local member = ns .. '/' .. name
+  present[member] = true
+  members[#members + 1] = member
+  if not spaces[ns] then
+    spaces[ns] = true
+    redis.call('SADD', KEYS[5], ns)
+  end
+end
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  if not present[member] then
+    local ns, name = string.match(member, '^([^/]*)/(.*)$')
+    redis.call('HDEL', prefix .. ns, name)
+  end
+end
+redis.call('DEL', KEYS[4])
+for i = 1, #members, 500 do
+  redis.call('SADD', KEYS[4], unpack(members, i, math.min(i + 499, #members)))
+end
+redis.call('EXPIRE', KEYS[4], ARGV[4])
 return at
 """
 
@@ -228,8 +268,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def encode(sample: NodeSample) -> str:
-    return json.dumps(
+_json = msgspec.json.Encoder().encode
+
+
+def encode(sample: NodeSample) -> bytes:
+    return _json(
         {
             "node": sample.node,
             "at": sample.at,
@@ -237,8 +280,7 @@ def encode(sample: NodeSample) -> str:
             "mem": sample.memory_bytes,
             "win": sample.window_s,
             "pods": [_pod_dict(p) for p in sample.pods],
-        },
-        separators=(",", ":"),
+        }
     )
 
 
@@ -270,39 +312,31 @@ class UsageStore:
         self.retention_s = retention_s
         self.stale_s = stale_s
         self.clock = clock
-        self._append = redis.register_script(_APPEND)
+        self._record = redis.register_script(_RECORD)
 
     async def record(self, sample: NodeSample) -> None:
-        """Appends the sample to the node's history and makes it the node's latest."""
-        latest_key = PREFIX + "latest:" + sample.node
-        previous = await self.redis.get(latest_key)
-        gone: set[tuple[str, str]] = set()
-        if previous is not None:
-            gone = {(p.namespace, p.name) for p in decode(previous).pods}
-        gone -= {(p.namespace, p.name) for p in sample.pods}
-        raw = encode(sample)
+        """Appends the sample to the node's history and makes it the node's latest: one
+        script, one round trip."""
         ttl = max(1, int(self.retention_s))
         at_ms = max(0, int(sample.at * 1000))
-        pipe = self.redis.pipeline(transaction=True)
-        await self._append(
-            keys=[HISTORY_PREFIX + sample.node],
-            args=[at_ms, at_ms - int(self.retention_s * 1000), encode_history(sample, at_ms), ttl],
-            client=pipe,
-        )
-        pipe.set(latest_key, raw, ex=ttl)
-        pipe.zadd(NODES_KEY, {sample.node: sample.at})
-        pipe.zremrangebyscore(NODES_KEY, "-inf", sample.at - self.retention_s)
-        by_ns: dict[str, dict[Any, Any]] = {}
+        node = sample.node
+        args: list[Any] = [
+            at_ms,
+            at_ms - int(self.retention_s * 1000),
+            encode_history(sample, at_ms),
+            ttl,
+            encode(sample),
+            node,
+            sample.at,
+            sample.at - self.retention_s,
+            PREFIX + "pods:",
+        ]
+        where = {"node": node, "at": sample.at, "win": sample.window_s}
         for p in sample.pods:
-            entry = _pod_dict(p) | {"node": sample.node, "at": sample.at, "win": sample.window_s}
-            by_ns.setdefault(p.namespace, {})[p.name] = json.dumps(entry, separators=(",", ":"))
-        for ns, fields in by_ns.items():
-            pipe.hset(PREFIX + "pods:" + ns, mapping=fields)
-        if by_ns:
-            pipe.sadd(NAMESPACES_KEY, *by_ns)
-        for ns, name in gone:
-            pipe.hdel(PREFIX + "pods:" + ns, name)
-        await pipe.execute()
+            args += (p.namespace, p.name, _json(_pod_dict(p) | where))
+        keys = [HISTORY_PREFIX + node, PREFIX + "latest:" + node, NODES_KEY,
+                PREFIX + "podnames:" + node, NAMESPACES_KEY]  # fmt: skip
+        await self._record(keys=keys, args=args)
 
     async def history(self, node: str, since: float) -> list[BandSample]:
         """The node's samples taken at or after `since` (unix seconds), oldest first."""

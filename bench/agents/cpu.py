@@ -2,8 +2,8 @@
 
 Each API server is counted alone (its own utime + stime) and its children (the revisioner)
 beside it; PostgreSQL is the postmaster with every backend, live or already reaped (the
-postmaster's ``cutime``/``cstime`` keep what exited backends used); the load generator is
-this process. Percentages are of one core over the window's wall time.
+postmaster's ``cutime``/``cstime`` keep what exited backends used); the usage store's Redis
+alone; the load generator is this process. Percentages are of one core over the window's wall time.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def children_seconds(pid: int) -> float:
 class Meter:
     """``mark()`` at the start of a window, ``read()`` at its end."""
 
-    def __init__(self, api_pids: list[int], postmaster: int | None, loadgen: int) -> None:
+    def __init__(self, api_pids: list[int], postmaster: int | None, loadgen: int,
+                 redis: int | None = None) -> None:  # fmt: skip
         self.api_pids, self.postmaster, self.loadgen = api_pids, postmaster, loadgen
+        self.redis = redis
         self._t0 = 0.0
         self._c0: dict[str, float] = {}
 
@@ -55,6 +57,8 @@ class Meter:
             out[f"api{i}_revisioner"] = children_seconds(pid)
         out["postgres"] = postgres_cpu_seconds(self.postmaster)
         out["loadgen"] = own_seconds(self.loadgen)
+        if self.redis is not None:
+            out["redis"] = own_seconds(self.redis)
         return out
 
     def mark(self) -> None:

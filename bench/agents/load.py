@@ -6,7 +6,9 @@ a small one for pod status writes (``client="httpx"`` puts ``httpx.AsyncClient``
 instead, the load generator measured before); node ``i`` talks to server ``i % servers``, as
 agents behind a load balancer would. Once registered, the lease loop renews every node once per
 ``--renew-every`` seconds on an evenly spread schedule and never stops until the benchmark
-ends; node status rewrites run on the same kind of schedule (every 5 minutes per node).
+ends; node status rewrites run on the same kind of schedule (every 5 minutes per node), and so
+do usage reports (every ``usage_every`` seconds per node, 0 for none, each naming
+``usage_pods`` pods).
 A measurement window only switches on recording (:class:`Recorder`) and starts pods:
 ``status_rate / 2`` pod starts a second on the ``sim`` runtime, each by the real per-pod
 worker, each costing two status writes (Running, then Ready) before its worker is retired.
@@ -72,6 +74,8 @@ class Recorder:
     status_latency: list[float] = field(default_factory=list)
     node_status_latency: list[float] = field(default_factory=list)
     node_status_failed: int = 0
+    usage_latency: list[float] = field(default_factory=list)
+    usage_failed: int = 0
     pods_started: int = 0
     pods_ready: int = 0
     failures: Counter[str] = field(default_factory=Counter)
@@ -116,9 +120,11 @@ async def retried(call: Callable[[], Awaitable[Any]], attempts: int = 5) -> Any:
 class Load:
     def __init__(self, token: str, count: int, *, connections: int, renew_every: float,
                  node_status_every: float, prefix: str = "hollow", client: str = "raw",
-                 pool: int = 4) -> None:  # fmt: skip
+                 pool: int = 4, usage_every: float = 0.0,
+                 usage_pods: int = 10) -> None:  # fmt: skip
         self.token, self.connections, self.client, self.pool = token, connections, client, pool
         self.renew_every, self.node_status_every = renew_every, node_status_every
+        self.usage_every, self.usage_pods = usage_every, usage_pods
         self.transports: list[Transport] = []
         self.apis: list[list[AsyncApi]] = []  # per server: the nodes' shards
         self.pod_apis: list[list[AsyncApi]] = []
@@ -161,6 +167,8 @@ class Load:
             self.pod_apis.append([self._api(url, POD_CONNECTIONS)])
         if not self.nodes:
             self.nodes = hollow_nodes(self.apis[0][0], self.prefix, self.count)
+            for node in self.nodes:
+                node.usage_pods = self.usage_pods
         self.active = len(urls)
         for i, node in enumerate(self.nodes):
             node.api = self.api_for(i)
@@ -213,6 +221,8 @@ class Load:
             asyncio.create_task(self._periodic(self.renew_every, self._renew)),
             asyncio.create_task(self._periodic(self.node_status_every, self._node_status)),
         ]
+        if self.usage_every > 0:
+            self._loops.append(asyncio.create_task(self._periodic(self.usage_every, self._usage)))
 
     async def stop(self) -> int:
         """Cancel the loops and every request and pod in flight, then abort every
@@ -281,6 +291,19 @@ class Load:
             return
         if rec is not None and self.rec is rec:
             rec.node_status_latency.append(time.perf_counter() - t)
+
+    async def _usage(self, due: float, i: int) -> None:
+        rec = self.rec
+        t = time.perf_counter()
+        try:
+            await self.nodes[i].report_usage(time.time())
+        except (StatusError, Unreachable) as exc:
+            if rec is not None:
+                rec.usage_failed += 1
+                rec.failures[f"usage:{type(exc).__name__}"] += 1
+            return
+        if rec is not None and self.rec is rec:
+            rec.usage_latency.append(time.perf_counter() - t)
 
     # -- one window -------------------------------------------------------------------------
     async def window(self, seconds: float, pods: list[Obj]) -> Recorder:

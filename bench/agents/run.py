@@ -3,24 +3,27 @@ writes against real API server processes and PostgreSQL on this machine.
 
     python -m bench.agents.run [--nodes 10000] [--seconds 60] [--runs 3] [--servers 1,2]
                                [--status-rate 60] [--renew-every 10] [--client raw|httpx]
-                               [--profile]
+                               [--usage-every 10] [--usage-pods 10] [--profile]
 
 One throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
-:class:`bench.common.Stack` builds it; no PgBouncer, which that stack does not use) and API
-server processes started here (``python -m app.api``, each with its revisioner child: one holds
-the lock, the others wait). Setup, not timed: every hollow node registers through the API
-(``GET``/``POST`` node, ``GET``/``PUT`` status, ``POST`` lease). From then on every node renews
-its lease every 10 s spread evenly (1,000 renewals/s at 10,000 nodes) and rewrites its full
-status every 5 minutes (33/s), until the end. For each server count (1, then 2: node ``i``
-talks to server ``i % n``) the benchmark runs ``--runs`` windows of ``--seconds``; before each
-window it waits ``--settle`` seconds; during it, it starts that window's pods (created bound
-to hollow nodes before the lease loop started, not timed) at ``--status-rate / 2`` per second
-on the ``sim`` runtime (two status writes each).
+:class:`bench.common.Stack` builds it; no PgBouncer, which that stack does not use; an embedded
+Redis for the usage store) and API server processes started here (``python -m app.api``, each
+with its revisioner child: one holds the lock, the others wait). Setup, not timed: every hollow
+node registers through the API (``GET``/``POST`` node, ``GET``/``PUT`` status, ``POST``
+lease). From then on every node renews its lease every 10 s spread evenly (1,000 renewals/s at
+10,000 nodes), rewrites its full status every 5 minutes (33/s) and reports the usage of
+``--usage-pods`` pods every ``--usage-every`` seconds (1,000 reports/s; 0 turns them off),
+until the end. For each server count (1, then 2: node ``i`` talks to server ``i % n``) the
+benchmark runs ``--runs`` windows of ``--seconds``; before each window it waits ``--settle``
+seconds; during it, it starts that window's pods (created bound to hollow nodes before the
+lease loop started, not timed) at ``--status-rate / 2`` per second on the ``sim`` runtime (two
+status writes each).
 
 Reported per window and as medians: renewals/s achieved against the target, renewals late by
 more than 1 s or missed (the previous one still in flight), renewal latency p50/p99/max,
-status write latency p50/p99, CPU-seconds and % of a core of each API server process, of its
-revisioner child, of PostgreSQL (postmaster and every backend) and of this load generator,
+status write and usage report latency p50/p99, CPU-seconds and % of a core of each API server
+process, of its revisioner child, of PostgreSQL (postmaster and every backend), of Redis and of
+this load generator,
 the load generator's CPU-ms per request, and answers by HTTP status. ``--profile`` adds one extra
 window with py-spy sampling the (first) API server. The hollow nodes talk through
 :class:`agent.hollow_http.HttpPool` on uvloop; ``--client httpx`` puts them back on
@@ -48,6 +51,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.core import collector
+from app.devstack.redis import EmbeddedRedis
 from bench.agents import profile
 from bench.agents.cpu import Meter
 from bench.agents.load import Load, Recorder
@@ -64,6 +68,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status-rate", type=float, default=60.0, help="pod status writes/s")
     p.add_argument("--renew-every", type=float, default=10.0)
     p.add_argument("--node-status-every", type=float, default=300.0)
+    p.add_argument(
+        "--usage-every",
+        type=float,
+        default=10.0,
+        help="seconds between a node's usage reports (0: none)",
+    )
+    p.add_argument("--usage-pods", type=int, default=10, help="pods in each usage report")
     p.add_argument("--connections", type=int, default=32, help="keep-alive per server")
     p.add_argument("--pool", type=int, default=4, help="connections per httpx client")
     p.add_argument("--client", choices=("raw", "httpx"), default="raw")
@@ -73,12 +84,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def start_api(stack: Stack, procs: Procs, logdir: Path) -> tuple[str, int]:
+def start_api(stack: Stack, procs: Procs, logdir: Path, redis_url: str) -> tuple[str, int]:
     port = free_port()
     env = {
         "DATABASE_URL": stack.url,
         "QM_BOOTSTRAP_TOKEN": stack.token,
         "QM_API_PORT": str(port),
+        "QM_USAGE_REDIS_URL": redis_url,
     }
     proc = procs.start(["-m", "app.api", "--port", str(port)], env, logdir / f"api-{port}.log")
     url = f"http://127.0.0.1:{port}"
@@ -128,6 +140,10 @@ def summarize(rec: Recorder, args: argparse.Namespace, cpu: dict[str, Any],
         "node_status_p50_ms": ms(rec.node_status_latency, 50),
         "node_status_p99_ms": ms(rec.node_status_latency, 99),
         "node_status_failed": rec.node_status_failed,
+        "usage_reports_per_s": round(len(rec.usage_latency) / args.seconds, 1),
+        "usage_p50_ms": ms(rec.usage_latency, 50),
+        "usage_p99_ms": ms(rec.usage_latency, 99),
+        "usage_failed": rec.usage_failed,
         "failures": dict(rec.failures),
         "http_errors": {k: v for k, v in codes.items() if k not in ("200", "201")},
         "requests_per_s": round(requests / args.seconds, 1),
@@ -163,20 +179,22 @@ async def measured_window(load: Load, meter: Meter, args: argparse.Namespace, ta
     out = summarize(rec, args, cpu, {k: v for k, v in codes.items() if v})
     print(f"  {tag}: {out['renewals_per_s']}/s renewals (p99 {out['renew_p99_ms']} ms, late "
           f"{out['renewals_late_over_1s']}, missed {out['renewals_missed']}); pod status "
-          f"{out['pod_status_writes_per_s']}/s; cpu % "
+          f"{out['pod_status_writes_per_s']}/s; usage {out['usage_reports_per_s']}/s (p99 "
+          f"{out['usage_p99_ms']} ms); cpu % "
           f"{ {k: v['pct'] for k, v in cpu.items()} }", flush=True)  # fmt: skip
     return out
 
 
 async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Path,
-                out: dict[str, Any]) -> None:  # fmt: skip
+                out: dict[str, Any], redis: EmbeddedRedis) -> None:  # fmt: skip
     """Fill ``out`` as the run goes (setup, then each window as it ends), so whatever
     stops the run, what was measured is there to write."""
     counts = [int(c) for c in args.servers.split(",")]
-    servers: list[tuple[str, int]] = [start_api(stack, procs, logdir)]
+    servers: list[tuple[str, int]] = [start_api(stack, procs, logdir, redis.url)]
     load = Load(stack.token, args.nodes, connections=args.connections, pool=args.pool,
                 client=args.client, renew_every=args.renew_every,
-                node_status_every=args.node_status_every)  # fmt: skip
+                node_status_every=args.node_status_every, usage_every=args.usage_every,
+                usage_pods=args.usage_pods)  # fmt: skip
     load.use_servers([servers[0][0]])
     out["stage"] = "register"
     register_s = await load.register()
@@ -201,10 +219,13 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
     try:
         for n in counts:
             while len(servers) < n:
-                servers.append(await asyncio.to_thread(start_api, stack, procs, logdir))
+                servers.append(await asyncio.to_thread(start_api, stack, procs, logdir, redis.url))
             load.use_servers([u for u, _ in servers[:n]])
             meter = Meter(
-                [pid for _, pid in servers[:n]], stack.pg.pid if stack.pg else None, os.getpid()
+                [pid for _, pid in servers[:n]],
+                stack.pg.pid if stack.pg else None,
+                os.getpid(),
+                redis.pid,
             )
             print(f"{n} API server(s):", flush=True)
             runs: list[dict[str, Any]] = []
@@ -235,9 +256,11 @@ def main(argv: list[str] | None = None) -> None:
     out: dict[str, Any] = {"stage": "start", "setup": {}, "configs": [], "profile": None}
     stack: Stack | None = None
     procs = Procs()
+    redis = EmbeddedRedis(logdir / "redis")
     try:
+        redis.start()
         stack = Stack()
-        uvloop.run(bench(args, stack, procs, logdir, out))
+        uvloop.run(bench(args, stack, procs, logdir, out, redis))
     except BaseException as exc:  # Ctrl-C included: keep what was measured, then re-raise
         out["error"] = f"{type(exc).__name__} during {out['stage']}: {exc}"
         raise
@@ -246,6 +269,7 @@ def main(argv: list[str] | None = None) -> None:
                 "commit": commit(), **out, "logs": str(logdir)}  # fmt: skip
         print(f"wrote {write_result('agents', data)}", flush=True)
         procs.stop_all()
+        redis.stop()
         if stack is not None:
             stack.close()
 

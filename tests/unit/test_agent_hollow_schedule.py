@@ -25,6 +25,7 @@ from agent.hollow import (
 )
 from agent.lease import LEASE_NAMESPACE
 from agent.runtime.sim import SimRuntime
+from app.api.usage_schema import parse_sample
 from app.core.errors import Conflict, Invalid
 
 Obj = dict[str, Any]
@@ -161,6 +162,35 @@ async def test_registration_and_renewal_send_what_an_agent_sends() -> None:
         lease = fake.objects[f"{BASE}/namespaces/{LEASE_NAMESPACE}/leases/h-00001"]
         assert lease["spec"]["epoch"] == 3 and lease["spec"]["renewTime"].startswith("1970")
         assert (node.renewals, node.conflicts) == (2, 1)
+
+
+async def test_usage_reports_are_what_the_collector_sends_and_the_server_accepts() -> None:
+    sent: list[httpx.Request] = []
+
+    def accept(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201, json={"kind": "Status", "status": "Success", "code": 201})
+
+    transport = httpx.MockTransport(accept)
+    async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
+        node = hollow_nodes(AsyncApi(http), "h", 1)[0]
+        node.usage_pods = 10
+        wall = 1_800_000_000.0
+        await node.report_usage(wall)
+        await node.report_usage(wall + 10)
+    assert [(r.method, r.url.path) for r in sent] == [
+        ("POST", "/apis/metrics.quaymaster.io/v1/nodes/h-00000/samples")
+    ] * 2
+    first, second = (
+        parse_sample(r.content, "h-00000", wall + 10 * i, 3900) for i, r in enumerate(sent)
+    )
+    assert first.at == wall and len(first.pods) == 10
+    assert sorted({p.priority for p in first.pods}) == [100, 2000]
+    assert sum(p.priority == 2000 for p in first.pods) == 2  # a fifth production
+    assert all(len(p.containers) == 1 for p in first.pods)
+    assert [p.uid for p in first.pods] == [p.uid for p in second.pods]  # the same pods
+    assert [p.cpu_millis for p in first.pods] != [p.cpu_millis for p in second.pods]
+    assert node.usage_reports == 2
 
 
 async def test_a_renewal_that_loses_twice_raises_conflict() -> None:
