@@ -1,5 +1,5 @@
-"""The agents' hot write, ``PUT`` of one object or its status, answered without the web
-framework's per-request machinery.
+"""The agents' hot writes, ``PUT`` of one object or its status and ``POST`` of a usage sample,
+answered without the web framework's per-request machinery.
 
 At 10,000 nodes most of an API server's requests are agents' ``PUT``s: a Lease renewal every
 10 s per node, plus pod and node status. In a profile at 1,000 renewals/s, Litestar's own
@@ -11,6 +11,10 @@ user's fair share), then :meth:`Objects.replace`, and it maps errors to the same
 Status`` bodies (:func:`app.api.responses.error_parts`). Every other request goes to Litestar
 unchanged, including ``PUT`` paths this module does not recognise, so Litestar still gives
 their 404 or 405. The routes stay registered in Litestar, which keeps them in OpenAPI.
+
+Each agent also posts a usage sample every 10 s: as many requests as renewals. A ``POST`` to
+``/apis/metrics.quaymaster.io/v1/nodes/{name}/samples`` runs
+:func:`app.api.usage.record_sample` the same way.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import msgspec
 from litestar import Litestar
 
 from app.api.responses import JSON, error_parts
 from app.api.routes import PREFIX, as_user
 from app.api.service import MAX_BODY, Objects
+from app.api.usage import PREFIX as USAGE_PREFIX
+from app.api.usage import record_sample
 from app.core import errors
 from app.core.kinds import BY_PLURAL, Kind
 from app.store.tokens import User
@@ -40,7 +47,9 @@ _ITEM = re.compile(
     "^" + re.escape(PREFIX) + r"/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)/(?P<name>[^/]+)"
     r"(?P<status>/status)?$"
 )
+_SAMPLES = re.compile("^" + re.escape(USAGE_PREFIX) + r"/nodes/(?P<name>[^/]+)/samples$")
 _JSON_HEADER = (b"content-type", JSON.encode())
+_encode = msgspec.json.Encoder().encode
 
 
 class FastWrites:
@@ -53,11 +62,15 @@ class FastWrites:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = _target(scope)
-        if target is None:
+        if target is not None:
+            kind, namespace, name, status = target
+            answer = await self._replace(scope, receive, kind, namespace, name, status)
+        elif (node := _sample_target(scope)) is not None:
+            answer = await self._sample(scope, receive, node)
+        else:
             await self.app(scope, receive, send)
             return
-        kind, namespace, name, status = target
-        code, body, headers = await self._replace(scope, receive, kind, namespace, name, status)
+        code, body, headers = answer
         raw_headers = [_JSON_HEADER, (b"content-length", str(len(body)).encode())]
         raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         await send({"type": "http.response.start", "status": code, "headers": raw_headers})
@@ -81,6 +94,30 @@ class FastWrites:
         except Exception as exc:
             log.exception("unhandled error on PUT %s", scope.get("path"), exc_info=exc)
             return error_parts(errors.StatusError(f"internal error: {type(exc).__name__}"))
+
+    async def _sample(
+        self, scope: Scope, receive: Receive, node: str
+    ) -> tuple[int, bytes, dict[str, str] | None]:
+        state = self.app.state
+
+        async def run(user: User) -> bytes:
+            return _encode(await record_sample(state, node, await _body(receive)))
+
+        try:
+            return 201, await as_user(state.auth, _authorization(scope), run), None
+        except errors.StatusError as exc:
+            return error_parts(exc)
+        except Exception as exc:
+            log.exception("unhandled error on POST %s", scope.get("path"), exc_info=exc)
+            return error_parts(errors.StatusError(f"internal error: {type(exc).__name__}"))
+
+
+def _sample_target(scope: Scope) -> str | None:
+    """The node when ``scope`` is a ``POST`` of a usage sample; None otherwise."""
+    if scope.get("type") != "http" or scope.get("method") != "POST":
+        return None
+    m = _SAMPLES.match(scope.get("path", ""))
+    return m["name"] if m else None
 
 
 def _target(scope: Scope) -> tuple[Kind, str, str, bool] | None:

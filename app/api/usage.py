@@ -66,12 +66,31 @@ async def usage_lifespan(app: Litestar) -> AsyncIterator[None]:
 
 
 def store_of(request: Request[Any, Any, Any]) -> UsageStore:
-    store: UsageStore | None = getattr(request.app.state, "usage", None)
+    return _store(request.app.state)
+
+
+def _store(state: Any) -> UsageStore:
+    store: UsageStore | None = getattr(state, "usage", None)
     if store is None:
         raise errors.ServiceUnavailable(
             "resource usage is not configured on this server (set QM_USAGE_REDIS_URL)"
         )
     return store
+
+
+async def record_sample(state: Any, name: str, body: bytes) -> dict[str, Any]:
+    """What ``POST nodes/{name}/samples`` does, for the route and for the fast path
+    (``app.api.fastpath``): validate, check the node in the watch cache, record; the
+    answer's body. Raises ``StatusError``."""
+    store = _store(state)
+    sample = parse_sample(body, name, time.time(), store.retention_s)
+    objects: Objects = state.objects
+    objects.get(NODE, "", name)  # 404 for an unknown node; a watch-cache read, no query
+    try:
+        await store.record(sample)
+    except RedisError as exc:
+        raise errors.ServiceUnavailable(f"the usage store is unreachable: {exc}") from exc
+    return _recorded(name)
 
 
 def rfc3339(at: float) -> str:
@@ -149,14 +168,15 @@ async def _with_store(
     status_code=201,
 )
 async def create_sample(request: Request[Any, Any, Any], name: str) -> Response[Any]:
-    async def record(store: UsageStore) -> dict[str, Any]:
-        sample = parse_sample(await request.body(), name, time.time(), store.retention_s)
-        objects: Objects = request.app.state.objects
-        objects.get(NODE, "", name)  # 404 for an unknown node; a watch-cache read, no query
-        await store.record(sample)
-        return _recorded(name)
+    """Answered by ``app.api.fastpath`` as a rule; registered here for OpenAPI and as the
+    fallback."""
 
-    return await _with_store(request, record, 201)
+    async def run(user: User) -> Response[Any]:
+        return json_response(
+            await record_sample(request.app.state, name, await request.body()), 201
+        )
+
+    return await guarded(request, run)
 
 
 @get(f"{PREFIX}/nodes", operation_id="listNodeMetrics", tags=TAGS, summary="Usage of every node")

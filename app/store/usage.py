@@ -20,11 +20,15 @@ Keys (all under ``qm:usage:``):
   entry per sample and every pod's figures in each.
 * ``latest:{node}`` -- the newest sample, whole; ``nodes`` -- a sorted set node -> its time.
 * ``pods:{namespace}`` -- a hash pod name -> the pod's newest figures and its node; a pod that
-  leaves a node's sample is removed from it. ``namespaces`` -- the namespaces with such hashes.
+  leaves a node's sample is removed from it (``podnames:{node}`` holds the ``namespace/name``
+  of the pods in the node's last sample). ``namespaces`` -- the namespaces with such hashes.
+
+`record` is one Lua script: one round trip per sample, applied whole.
 
 "Latest" means fresh: figures older than ``stale_s`` (default 60 s, six missed reports) are not
 returned by `latest`, `latest_nodes`, `pod` or `pods`; an agent that stopped reporting has no
-current usage. `history` and `histories` cover the whole retention. The clock is injected for tests.
+current usage. `history` and `production` cover the whole retention. The clock is injected
+for tests.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.api.service import MAX_BODY
 from app.devstack.apiserver import ApiServer
 
 M = "/apis/metrics.quaymaster.io/v1"
@@ -153,3 +154,18 @@ def test_not_json_is_400(http: httpx.Client, node: str) -> None:
     r = http.post(f"{M}/nodes/{node}/samples", content=b"{nope",
                   headers={"Content-Type": "application/json"})  # fmt: skip
     assert r.status_code == 400 and r.json()["kind"] == "Status"
+
+
+def test_an_oversized_sample_is_refused_and_records_nothing(http: httpx.Client, node: str) -> None:
+    """Samples are answered by the fast write path, which stops reading at the body limit."""
+    padding = "x" * MAX_BODY
+    r = http.post(
+        f"{M}/nodes/{node}/samples",
+        content=b'{"pods": [], "timestamp": "' + padding.encode() + b'"}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 413 and r.json()["kind"] == "Status", r.text[:200]
+    assert http.get(f"{M}/nodes/{node}").status_code == 404  # nothing recorded
+    ok = http.post(f"{M}/nodes/{node}/samples", json=sample(pod("ns", "p", 5, 6)))
+    assert ok.status_code == 201 and ok.json()["status"] == "Success"
+    assert ok.headers["content-type"].startswith("application/json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.fastpath import _target
+from app.api.fastpath import _sample_target, _target
 from app.core.kinds import BY_KIND
 
 V1 = "/apis/quaymaster.io/v1"
@@ -64,3 +64,26 @@ def test_every_kind_with_status_has_a_fast_status_put() -> None:
     for kind in (k for k in BY_KIND.values() if k.has_status):
         ns = "namespaces/x/" if kind.namespaced else ""
         assert _target(scope(f"{V1}/{ns}{kind.plural}/o/status")) is not None, kind.kind
+
+
+METRICS = "/apis/metrics.quaymaster.io/v1"
+
+
+def test_usage_samples_are_answered_here() -> None:
+    assert _sample_target(scope(f"{METRICS}/nodes/n1/samples", "POST")) == "n1"
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        (f"{METRICS}/nodes/n1/samples", "PUT"),
+        (f"{METRICS}/nodes/n1/samples", "GET"),
+        (f"{METRICS}/nodes/n1", "POST"),
+        (f"{METRICS}/nodes/n1/samples/x", "POST"),
+        (f"{METRICS}/nodes//samples", "POST"),
+        (f"{V1}/nodes/n1/samples", "POST"),
+    ],
+)
+def test_other_metrics_requests_go_to_litestar(path: str, method: str) -> None:
+    assert _sample_target(scope(path, method)) is None
+    assert _sample_target(scope(f"{METRICS}/nodes/n1/samples", "POST", "websocket")) is None
