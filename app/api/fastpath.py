@@ -49,6 +49,7 @@ _ITEM = re.compile(
 )
 _SAMPLES = re.compile("^" + re.escape(USAGE_PREFIX) + r"/nodes/(?P<name>[^/]+)/samples$")
 _JSON_HEADER = (b"content-type", JSON.encode())
+Answer = tuple[int, bytes, dict[str, str] | None]  # status code, body, extra headers
 _encode = msgspec.json.Encoder().encode
 
 
@@ -78,37 +79,35 @@ class FastWrites:
 
     async def _replace(
         self, scope: Scope, receive: Receive, kind: Kind, namespace: str, name: str, status: bool
-    ) -> tuple[int, bytes, dict[str, str] | None]:
-        state = self.app.state
-        objects: Objects = state.objects
+    ) -> Answer:
+        objects: Objects = self.app.state.objects
 
         async def run(user: User) -> bytes:
             body = await _body(receive)
             cached = await objects.replace(kind, namespace, name, body, user, status)
             return cached.raw
 
-        try:
-            return 200, await as_user(state.auth, _authorization(scope), run), None
-        except errors.StatusError as exc:
-            return error_parts(exc)
-        except Exception as exc:
-            log.exception("unhandled error on PUT %s", scope.get("path"), exc_info=exc)
-            return error_parts(errors.StatusError(f"internal error: {type(exc).__name__}"))
+        return await self._answer(scope, 200, run)
 
-    async def _sample(
-        self, scope: Scope, receive: Receive, node: str
-    ) -> tuple[int, bytes, dict[str, str] | None]:
+    async def _sample(self, scope: Scope, receive: Receive, node: str) -> Answer:
         state = self.app.state
 
         async def run(user: User) -> bytes:
             return _encode(await record_sample(state, node, await _body(receive)))
 
+        return await self._answer(scope, 201, run)
+
+    async def _answer(
+        self, scope: Scope, code: int, run: Callable[[User], Awaitable[bytes]]
+    ) -> Answer:
+        """``run`` as the caller's user, in their fair share; errors as ``Status`` bodies."""
         try:
-            return 201, await as_user(state.auth, _authorization(scope), run), None
+            return code, await as_user(self.app.state.auth, _authorization(scope), run), None
         except errors.StatusError as exc:
             return error_parts(exc)
         except Exception as exc:
-            log.exception("unhandled error on POST %s", scope.get("path"), exc_info=exc)
+            where = f"{scope.get('method')} {scope.get('path')}"
+            log.exception("unhandled error on %s", where, exc_info=exc)
             return error_parts(errors.StatusError(f"internal error: {type(exc).__name__}"))
 
 

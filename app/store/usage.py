@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 
-from app.core.controllers.reclaim import NO_SAMPLES, Series
+from app.core.controllers.reclaim import NO_SAMPLES, PodUse, Sample, Series
 
 PREFIX = "qm:usage:"
 NODES_KEY = PREFIX + "nodes"
@@ -164,53 +164,38 @@ class NodeSample:
     window_s: float = 10.0  # the agent's sampling interval: what the CPU figures average over
 
 
-@dataclass(frozen=True, slots=True)
-class Band:
-    """What a node's pods of one priority used together in one sample."""
-
-    priority: int
-    cpu_millis: int
-    memory_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class BandSample:
-    """One sample of a node's history: when, and its usage by priority (ascending)."""
-
-    at: float
-    bands: tuple[Band, ...]
-
-
-def bands_of(sample: NodeSample) -> tuple[Band, ...]:
+def bands_of(sample: NodeSample) -> tuple[PodUse, ...]:
+    """The sample's pods summed by priority, ascending: one figure per priority."""
     cpu: dict[int, int] = defaultdict(int)
     mem: dict[int, int] = defaultdict(int)
     for p in sample.pods:
         cpu[p.priority] += p.cpu_millis
         mem[p.priority] += p.memory_bytes
-    return tuple(Band(prio, cpu[prio], mem[prio]) for prio in sorted(cpu))
+    return tuple(PodUse(prio, cpu[prio], mem[prio]) for prio in sorted(cpu))
 
 
 def encode_history(sample: NodeSample, at_ms: int) -> bytes:
-    bands = bands_of(sample) or (Band(NO_PODS, 0, 0),)
+    bands = bands_of(sample) or (PodUse(NO_PODS, 0, 0),)
     return b"".join(RECORD.pack(at_ms, b.priority, b.cpu_millis, b.memory_bytes) for b in bands)
 
 
-def decode_history(raw: bytes, since: float) -> list[BandSample]:
-    """The samples of a history taken at or after ``since``, oldest first."""
+def decode_history(raw: bytes, since: float) -> list[Sample]:
+    """The samples of a history taken at or after ``since``, oldest first; each sample's
+    ``pods`` are its figures by priority."""
     floor = since * 1000
-    out: list[BandSample] = []
-    at_ms, bands = -1, list[Band]()
+    out: list[Sample] = []
+    at_ms, bands = -1, list[PodUse]()
     for at, prio, cpu, mem in RECORD.iter_unpack(raw):
         if at < floor:
             continue
         if at != at_ms:
             if bands:
-                out.append(BandSample(at_ms / 1000, tuple(bands)))
+                out.append(Sample(at_ms / 1000, tuple(bands)))
             at_ms, bands = at, []
         if prio != NO_PODS:
-            bands.append(Band(prio, cpu, mem))
+            bands.append(PodUse(prio, cpu, mem))
     if at_ms >= 0:
-        out.append(BandSample(at_ms / 1000, tuple(bands)))
+        out.append(Sample(at_ms / 1000, tuple(bands)))
     return out
 
 
@@ -342,7 +327,7 @@ class UsageStore:
                 PREFIX + "podnames:" + node, NAMESPACES_KEY]  # fmt: skip
         await self._record(keys=keys, args=args)
 
-    async def history(self, node: str, since: float) -> list[BandSample]:
+    async def history(self, node: str, since: float) -> list[Sample]:
         """The node's samples taken at or after `since` (unix seconds), oldest first."""
         return decode_history(_blob(await self.redis.get(HISTORY_PREFIX + node)), since)
 

@@ -280,30 +280,25 @@ class Load:
             rec.late += not lateness_ok(due, asyncio.get_running_loop().time(), LATE_AFTER)
 
     async def _node_status(self, due: float, i: int) -> None:
-        rec = self.rec
-        t = time.perf_counter()
-        try:
-            await self.nodes[i].write_status(time.time())
-        except (StatusError, Unreachable) as exc:
-            if rec is not None:
-                rec.node_status_failed += 1
-                rec.failures[f"node-status:{type(exc).__name__}"] += 1
-            return
-        if rec is not None and self.rec is rec:
-            rec.node_status_latency.append(time.perf_counter() - t)
+        await self._timed(self.nodes[i].write_status, "node_status")
 
     async def _usage(self, due: float, i: int) -> None:
+        await self._timed(self.nodes[i].report_usage, "usage")
+
+    async def _timed(self, call: Callable[[float], Awaitable[None]], what: str) -> None:
+        """One request; its latency into ``Recorder.<what>_latency``, a failure into
+        ``<what>_failed`` and ``failures``."""
         rec = self.rec
         t = time.perf_counter()
         try:
-            await self.nodes[i].report_usage(time.time())
+            await call(time.time())
         except (StatusError, Unreachable) as exc:
             if rec is not None:
-                rec.usage_failed += 1
-                rec.failures[f"usage:{type(exc).__name__}"] += 1
+                setattr(rec, f"{what}_failed", getattr(rec, f"{what}_failed") + 1)
+                rec.failures[f"{what.replace('_', '-')}:{type(exc).__name__}"] += 1
             return
         if rec is not None and self.rec is rec:
-            rec.usage_latency.append(time.perf_counter() - t)
+            getattr(rec, f"{what}_latency").append(time.perf_counter() - t)
 
     # -- one window -------------------------------------------------------------------------
     async def window(self, seconds: float, pods: list[Obj]) -> Recorder:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from app.core.controllers.reclaim import Series
-from app.store.usage import RECORD, Band, ContainerUsage, NodeSample, PodUsage, UsageStore
+from app.core.controllers.reclaim import PodUse, Series
+from app.store.usage import RECORD, ContainerUsage, NodeSample, PodUsage, UsageStore
 
 T0 = 1_700_000_000.0
 
@@ -109,7 +109,7 @@ async def test_history_is_ordered_and_trimmed_to_the_retention(client: aioredis.
     history = await store.history(node, T0 + 90)
     # The newest is at T0+190: the retention reaches back to T0+90.
     assert [s.at - T0 for s in history] == [float(i) for i in range(90, 200, 10)]
-    assert [s.bands[0].cpu_millis for s in await store.history(node, T0 + 150)] == [
+    assert [s.pods[0].cpu_millis for s in await store.history(node, T0 + 150)] == [
         150, 160, 170, 180, 190,
     ]  # fmt: skip
     assert [s.at for s in await store.history(node, 0)][-11:] == [s.at for s in history]
@@ -123,7 +123,7 @@ async def test_a_sample_from_a_clock_that_stepped_back_is_kept(client: aioredis.
     await store.record(_sample(node, T0 - 5, _pod(ns, "a", cpu=2), _pod(ns, "b", prio=7)))
     await store.record(_sample(node, T0 - 5, _pod(ns, "a", cpu=3)))
     history = await store.history(node, T0 - 100)
-    assert [[b.cpu_millis for b in s.bands] for s in history] == [[1], [2, 100], [3]]
+    assert [[b.cpu_millis for b in s.pods] for s in history] == [[1], [2, 100], [3]]
     # Filed 1 ms after the newest, every record of the sample alike.
     assert [s.at for s in history] == [T0, T0 + 0.001, T0 + 0.002]
 
@@ -133,8 +133,8 @@ async def test_a_sample_without_pods_still_counts(client: aioredis.Redis) -> Non
     node, ns = _name("n"), _name("ns")
     await store.record(_sample(node, T0 - 10, _pod(ns, "a", cpu=5, prio=1000)))
     await store.record(_sample(node, T0))
-    assert [(s.at, s.bands) for s in await store.history(node, 0)] == [
-        (T0 - 10, (Band(1000, 5, 2**20),)),
+    assert [(s.at, s.pods) for s in await store.history(node, 0)] == [
+        (T0 - 10, (PodUse(1000, 5, 2**20),)),
         (T0, ()),
     ]
     got = await store.production([node], T0 - 60, 1000)
@@ -155,9 +155,9 @@ async def test_history_keeps_one_figure_per_priority(client: aioredis.Redis) -> 
     other = _name("n")
     await store.record(_sample(other, T0, pods[1]))
     history = await store.history(node, T0 - 100)
-    assert [s.bands for s in history] == [
-        (Band(-10, 40, 2**20), Band(0, 7, 2**20), Band(2000, 500, 8 * 2**20)),
-        (Band(2000, 300, 5 * 2**20),),
+    assert [s.pods for s in history] == [
+        (PodUse(-10, 40, 2**20), PodUse(0, 7, 2**20), PodUse(2000, 500, 8 * 2**20)),
+        (PodUse(2000, 300, 5 * 2**20),),
     ]
     assert [s.at for s in history] == [T0 - 10, T0]
     # What the reclaim controller reads: production's sums per sample, many nodes at once.

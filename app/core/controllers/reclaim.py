@@ -74,7 +74,8 @@ ZERO = Resources(0, 0)
 
 @dataclass(frozen=True, slots=True)
 class PodUse:
-    """One pod's usage in one sample."""
+    """Usage at one priority in one sample: one pod's, or (in the usage store's history) the
+    summed use of the node's pods of that priority."""
 
     priority: int
     cpu_millis: int
