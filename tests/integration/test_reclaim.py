@@ -240,6 +240,11 @@ def test_one_tick_over_many_nodes_reads_them_in_bulk(plane: Plane, monkeypatch: 
             assert batch_allocatable(plane, lost) is None and live(plane, lost) == {"web-2"}
             assert batch_allocatable(plane, held) == {"cpu": "6", "memory": "12Gi"}
             assert live(plane, held) == {"b-2"}, "a node another reconcile holds is left alone"
+            # Released here, not by closing: a closed session's locks go only once its
+            # backend has exited, which may be after the next tick.
+            other.execute(
+                "SELECT pg_advisory_unlock(hashtextextended(%s, 7))", (key_text("Node", "", held),)
+            )
         # The other reconcile is done: the next tick takes the node.
         again = rt.run(shell.reconcile_nodes(rt, [held, lends, lost], time.time()))
         assert again == {held: AFTER_EVICTION_SECONDS}
