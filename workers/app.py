@@ -31,7 +31,12 @@ PREFETCH = int(os.environ.get("QM_WORKER_PREFETCH", "1"))
 
 def queue_for(kind: str, namespace: str, name: str) -> str:
     """The queue of one key: stable across processes (crc32, not Python's salted hash)."""
-    return f"reconcile-{zlib.crc32(f'{kind}/{namespace}/{name}'.encode()) % QUEUES}"
+    return reconcile_queue(zlib.crc32(f"{kind}/{namespace}/{name}".encode()))
+
+
+def reconcile_queue(n: int) -> str:
+    """The ``n``-th reconcile queue, modulo their number."""
+    return f"reconcile-{n % QUEUES}"
 
 
 app = Celery(
@@ -48,7 +53,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     task_queues=[
         Queue(name, Exchange(name, type="direct"), routing_key=name)
-        for name in [f"reconcile-{i}" for i in range(QUEUES)] + ["control"]
+        for name in [reconcile_queue(i) for i in range(QUEUES)] + ["control"]
     ],
     task_default_queue="control",
     task_ignore_result=True,

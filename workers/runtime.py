@@ -72,19 +72,10 @@ class Runtime:
     @contextlib.asynccontextmanager
     async def locked(self, key: str) -> AsyncIterator[None]:
         """Hold the key's advisory lock for the block, or raise ``Busy``."""
-        pool = await self.pool()
-        async with pool.acquire() as conn:
-            got = await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 7))", key)
-            if not got:
+        async with self.locked_many([key]) as held:
+            if not held:
                 raise Busy(key)
-            try:
-                yield
-            finally:
-                try:
-                    await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 7))", key)
-                except BaseException:
-                    conn.terminate()  # the lock ends with the session, never left held
-                    raise
+            yield
 
     @contextlib.asynccontextmanager
     async def locked_many(self, keys: list[str]) -> AsyncIterator[set[str]]:
@@ -101,11 +92,12 @@ class Runtime:
                 yield set(got)
             finally:
                 try:
-                    await conn.execute(
-                        "SELECT pg_advisory_unlock(hashtextextended(k, 7))"
-                        " FROM unnest($1::text[]) k",
-                        got,
-                    )
+                    if got:
+                        await conn.execute(
+                            "SELECT pg_advisory_unlock(hashtextextended(k, 7))"
+                            " FROM unnest($1::text[]) k",
+                            got,
+                        )
                 except BaseException:
                     conn.terminate()  # the locks end with the session, never left held
                     raise

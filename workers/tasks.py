@@ -12,7 +12,7 @@ import time
 
 from celery import Task
 
-from workers.app import QUEUES, RECLAIM_CHUNK, app, queue_for
+from workers.app import RECLAIM_CHUNK, app, queue_for, reconcile_queue
 from workers.controllers import CONTROLLERS, list_keys, reclaim
 from workers.runtime import Busy, key_text, runtime
 
@@ -59,6 +59,10 @@ def _again(kind: str, namespace: str, name: str, after: float) -> None:
     )
 
 
+# The resync's kinds: nodes are covered every 10 s by the reclaim tick instead.
+_RESYNCED = tuple(k for k in CONTROLLERS if k != "Node")
+
+
 @app.task(name="workers.tasks.resync")
 def resync(*kinds: str) -> int:
     """Enqueue every key every controller owns (or only those of ``kinds``): the
@@ -69,9 +73,6 @@ def resync(*kinds: str) -> int:
     for kind, namespace, name in rt.run(list_keys(rt, kinds or _RESYNCED)):
         count += enqueue(kind, namespace, name)
     return count
-
-
-_RESYNCED = tuple(k for k in CONTROLLERS if k != "Node")
 
 
 @app.task(name="workers.tasks.reclaim_sweep")
@@ -85,7 +86,7 @@ def reclaim_sweep() -> int:
     for i, start in enumerate(range(0, len(names), RECLAIM_CHUNK)):
         if rt.mark_pending(f"ReclaimChunk/{i}"):
             chunk = names[start : start + RECLAIM_CHUNK]
-            reclaim_nodes.apply_async((i, chunk), queue=f"reconcile-{i % QUEUES}")
+            reclaim_nodes.apply_async((i, chunk), queue=reconcile_queue(i))
             queued += 1
     return queued
 

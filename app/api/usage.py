@@ -149,11 +149,11 @@ def _recorded(node: str) -> dict[str, Any]:
 
 
 async def _with_store(
-    request: Request[Any, Any, Any], fn: Callable[[UsageStore], Awaitable[Any]], code: int = 200
+    request: Request[Any, Any, Any], fn: Callable[[UsageStore], Awaitable[Any]]
 ) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
         try:
-            return json_response(await fn(store_of(request)), code)
+            return json_response(await fn(store_of(request)))
         except RedisError as exc:
             raise errors.ServiceUnavailable(f"the usage store is unreachable: {exc}") from exc
 

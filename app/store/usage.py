@@ -189,7 +189,7 @@ def decode_history(raw: bytes, since: float) -> list[Sample]:
         if at < floor:
             continue
         if at != at_ms:
-            if bands:
+            if at_ms >= 0:
                 out.append(Sample(at_ms / 1000, tuple(bands)))
             at_ms, bands = at, []
         if prio != NO_PODS:
@@ -260,7 +260,8 @@ def _text(value: Any) -> str:
 _json = msgspec.json.Encoder().encode
 
 
-def encode(sample: NodeSample) -> bytes:
+def encode(sample: NodeSample, pods: list[dict[str, Any]] | None = None) -> bytes:
+    """The sample as kept for `latest`; ``pods``: its pods' ``_pod_dict``s, if already built."""
     return _json(
         {
             "node": sample.node,
@@ -268,7 +269,7 @@ def encode(sample: NodeSample) -> bytes:
             "cpu": sample.cpu_millis,
             "mem": sample.memory_bytes,
             "win": sample.window_s,
-            "pods": [_pod_dict(p) for p in sample.pods],
+            "pods": [_pod_dict(p) for p in sample.pods] if pods is None else pods,
         }
     )
 
@@ -309,20 +310,21 @@ class UsageStore:
         ttl = max(1, int(self.retention_s))
         at_ms = max(0, int(sample.at * 1000))
         node = sample.node
+        pods = [_pod_dict(p) for p in sample.pods]
         args: list[Any] = [
             at_ms,
             at_ms - int(self.retention_s * 1000),
             encode_history(sample, at_ms),
             ttl,
-            encode(sample),
+            encode(sample, pods),
             node,
             sample.at,
             sample.at - self.retention_s,
             PREFIX + "pods:",
         ]
         where = {"node": node, "at": sample.at, "win": sample.window_s}
-        for p in sample.pods:
-            args += (p.namespace, p.name, _json(_pod_dict(p) | where))
+        for p, d in zip(sample.pods, pods, strict=True):
+            args += (p.namespace, p.name, _json(d | where))
         keys = [HISTORY_PREFIX + node, PREFIX + "latest:" + node, NODES_KEY,
                 PREFIX + "podnames:" + node, NAMESPACES_KEY]  # fmt: skip
         await self._record(keys=keys, args=args)

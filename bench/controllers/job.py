@@ -48,10 +48,13 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def copy_nodes(db: psycopg.Connection[Any], count: int) -> None:
+def copy_nodes(
+    db: psycopg.Connection[Any], count: int, cpu: str = "32", memory: str = "128Gi"
+) -> None:
+    """``count`` Ready nodes ``node-00000`` ... over three zones, in one COPY."""
     status = json.dumps({
-        "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-        "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+        "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
         "conditions": [{"type": "Ready", "status": "True"}],
     })  # fmt: skip
     with (

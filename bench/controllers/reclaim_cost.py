@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 
 from bench.common import Stack, machine, median, write_result
+from bench.controllers.job import copy_nodes
 from bench.scheduler.run import cpu_seconds, postgres_cpu_seconds
 
 PROD_PRIORITY, BATCH_PRIORITY = 2000, 100
@@ -52,23 +53,8 @@ def _node_name(i: int) -> str:
 def load_state(url: str, nodes: int, pods: int) -> None:
     """Nodes with 16 CPU / 64 GiB; per node a fifth of ``pods`` production pods requesting
     2 CPU / 4 GiB and the rest batch pods requesting 250m / 512 MiB."""
-    status = {
-        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-        "conditions": [{"type": "Ready", "status": "True"}],
-    }
     with psycopg.connect(url, autocommit=True) as db:
-        buf = io.StringIO()
-        for i in range(nodes):
-            labels = {"kubernetes.io/hostname": _node_name(i)}
-            buf.write(
-                f"{uuid.uuid4()}\t{_node_name(i)}\t{json.dumps(labels)}\t{json.dumps(status)}\n"
-            )
-        with (
-            db.cursor() as cur,
-            cur.copy("COPY nodes (uid, name, labels, status) FROM STDIN") as cp,
-        ):
-            cp.write(buf.getvalue())
+        copy_nodes(db, nodes, cpu="16", memory="64Gi")
         prod = max(1, pods // 5)
         for start in range(0, nodes, 1000):
             buf = io.StringIO()

@@ -131,14 +131,16 @@ async def test_a_sample_from_a_clock_that_stepped_back_is_kept(client: aioredis.
 async def test_a_sample_without_pods_still_counts(client: aioredis.Redis) -> None:
     store = UsageStore(client, clock=Clock(T0))
     node, ns = _name("n"), _name("ns")
-    await store.record(_sample(node, T0 - 10, _pod(ns, "a", cpu=5, prio=1000)))
+    await store.record(_sample(node, T0 - 20, _pod(ns, "a", cpu=5, prio=1000)))
+    await store.record(_sample(node, T0 - 10))
     await store.record(_sample(node, T0))
     assert [(s.at, s.pods) for s in await store.history(node, 0)] == [
-        (T0 - 10, (PodUse(1000, 5, 2**20),)),
+        (T0 - 20, (PodUse(1000, 5, 2**20),)),
+        (T0 - 10, ()),
         (T0, ()),
     ]
     got = await store.production([node], T0 - 60, 1000)
-    assert _rows(got[node]) == [(T0 - 10, 5, 2**20), (T0, 0, 0)]
+    assert _rows(got[node]) == [(T0 - 20, 5, 2**20), (T0 - 10, 0, 0), (T0, 0, 0)]
 
 
 async def test_history_keeps_one_figure_per_priority(client: aioredis.Redis) -> None:

@@ -53,14 +53,6 @@ RACE_RETRY_SECONDS = 0.2
 # reconcile ran is not in what it read.
 AFTER_EVICTION_SECONDS = 2.0
 
-_PODS = """
-SELECT namespace, name, uid::text AS uid, coalesce(priority, 0) AS priority,
-       req_cpu_milli, req_memory_bytes, deletion_timestamp IS NOT NULL AS deleting,
-       status->>'startTime' AS start_time, creation_timestamp
-  FROM pods
- WHERE node_name = $1 AND coalesce(phase, '') NOT IN ('Succeeded', 'Failed')
-"""
-
 _PODS_OF_NODES = """
 SELECT node_name, namespace, name, uid::text AS uid, coalesce(priority, 0) AS priority,
        req_cpu_milli, req_memory_bytes, deletion_timestamp IS NOT NULL AS deleting,
@@ -107,17 +99,17 @@ def room_of(r: asyncpg.Record) -> core.PodRoom:
     )
 
 
-async def rooms(pool: asyncpg.Pool, node: str) -> list[core.PodRoom]:
-    """The pods holding room on ``node``, with the requests the allocation triggers count."""
-    return [room_of(r) for r in await pool.fetch(_PODS, node)]
-
-
 async def rooms_of(pool: asyncpg.Pool, nodes: list[str]) -> dict[str, list[core.PodRoom]]:
-    """``rooms`` of many nodes in one query."""
+    """The pods holding room on each of ``nodes``, with the requests the allocation triggers
+    count, in one query."""
     out: dict[str, list[core.PodRoom]] = {n: [] for n in nodes}
     for r in await pool.fetch(_PODS_OF_NODES, nodes):
         out[r["node_name"]].append(room_of(r))
     return out
+
+
+async def rooms(pool: asyncpg.Pool, node: str) -> list[core.PodRoom]:
+    return (await rooms_of(pool, [node]))[node]
 
 
 async def node_names(rt: Runtime) -> list[str]:
@@ -126,45 +118,44 @@ async def node_names(rt: Runtime) -> list[str]:
 
 
 async def reconcile_nodes(rt: Runtime, names: list[str], now: float) -> dict[str, float]:
-    """One tick over many nodes, reading them, their pods and their usage in bulk. Returns the
-    nodes to look at again, with the seconds until then. A node another reconcile holds is
-    skipped: that reconcile reads the same facts."""
-    cfg = config_from_env()
+    """One tick over many nodes. Returns the nodes to look at again, with the seconds until
+    then. A node another reconcile holds is skipped: that reconcile reads the same facts."""
     keys = {key_text("Node", "", n): n for n in names}
-    again: dict[str, float] = {}
     async with rt.locked_many(list(keys)) as held:
-        mine = sorted(keys[k] for k in held)
-        if not mine:
-            return again
+        if not held:
+            return {}
         store = await rt.store()
-        nodes = await store.get_many(NODE, "", mine)
-        found = [n.row["name"] for n in nodes]
-        pods = await rooms_of(store.pool, found)
-        series = await usage_store().production(found, now - cfg.window_seconds, cfg.threshold)
-        for node in nodes:
-            name = node.row["name"]
-            plan = core.reconcile(with_version(node), pods[name], series[name], now, cfg)
-            if plan.empty:
-                continue
-            after = await apply(store, node, plan, now)
-            if after is not None:
-                again[name] = after
-    return again
+        nodes = await store.get_many(NODE, "", sorted(keys[k] for k in held))
+        return await _plan_and_apply(store, nodes, now)
 
 
 async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
     del namespace  # nodes are cluster-scoped
-    cfg = config_from_env()
     async with rt.locked(key_text("Node", "", name)):
         store = await rt.store()
         try:
             node = await store.get(NODE, "", name)
         except NotFound:
             return None
-        pods = await rooms(store.pool, name)
-        series = await usage_store().production([name], now - cfg.window_seconds, cfg.threshold)
-        plan = core.reconcile(with_version(node), pods, series[name], now, cfg)
-        return await apply(store, node, plan, now)
+        return (await _plan_and_apply(store, [node], now)).get(name)
+
+
+async def _plan_and_apply(store: Store, nodes: list[Stored], now: float) -> dict[str, float]:
+    """Read the nodes' pods and usage in bulk, plan each node, apply the plans that change
+    something; the nodes to look at again, with the seconds until then."""
+    cfg = config_from_env()
+    names = [n.row["name"] for n in nodes]
+    pods = await rooms_of(store.pool, names)
+    series = await usage_store().production(names, now - cfg.window_seconds, cfg.threshold)
+    again: dict[str, float] = {}
+    for node, name in zip(nodes, names, strict=True):
+        plan = core.reconcile(with_version(node), pods[name], series[name], now, cfg)
+        if plan.empty:
+            continue
+        after = await apply(store, node, plan, now)
+        if after is not None:
+            again[name] = after
+    return again
 
 
 async def apply(store: Store, node: Stored, plan: core.ReclaimPlan, now: float) -> float | None:
