@@ -52,7 +52,23 @@ def percentile(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+def provenance() -> dict[str, Any]:
+    """What a result was measured on: the commit, whether the tree had uncommitted changes
+    (results themselves excepted), and the machine."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
+    return {"commit": _git("rev-parse", "--short=12", "HEAD"), "dirty": bool(status),
+            "machine": machine()}  # fmt: skip
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
+    """Write ``data`` as ``bench/results/<name>-<time>.json``, stamped with :func:`provenance`
+    (which overrides any ``commit``/``dirty``/``machine`` the caller set)."""
+    data = {**data, **provenance()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / f"{name}-{stamp}.json"

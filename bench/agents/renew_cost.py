@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ import uvloop
 from bench.agents.cpu import Meter
 from bench.agents.load import Load
 from bench.agents.run import ms, start_api
-from bench.common import Stack, machine, median, write_result
+from bench.common import Stack, median, write_result
 from bench.scheduler.run import Procs
 
 PARTS = ("api0", "api0_revisioner", "postgres", "loadgen")
@@ -153,10 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         procs.stop_all()
         stack.close()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()  # fmt: skip
-    data = {"benchmark": "agents-renew-cost", "machine": machine(), "params": vars(args),
-            "commit": commit, "loadavg_at_end": os.getloadavg(), **out,
+    data = {"benchmark": "agents-renew-cost", "params": vars(args),
+            "loadavg_at_end": os.getloadavg(), **out,
             "logs": str(logdir)}  # fmt: skip
     print(f"median: {out['median']}")
     print(f"wrote {write_result('agents-renew-cost', data)}")

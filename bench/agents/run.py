@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -266,17 +265,12 @@ def main(argv: list[str] | None = None) -> None:
         raise
     finally:
         data = {"benchmark": "agents", "machine": machine(), "params": params,
-                "commit": commit(), **out, "logs": str(logdir)}  # fmt: skip
+                **out, "logs": str(logdir)}  # fmt: skip
         print(f"wrote {write_result('agents', data)}", flush=True)
         procs.stop_all()
         redis.stop()
         if stack is not None:
             stack.close()
-
-
-def commit() -> str:
-    git = ["git", "rev-parse", "--short", "HEAD"]
-    return subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip()
 
 
 if __name__ == "__main__":
