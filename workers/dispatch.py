@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from app.core.errors import Gone
 from app.store.db import stream_database_url
 from app.stream.informer import Change, LogInformer
-from workers.controllers import CONTROLLERS
+from workers.controllers import CONTROLLERS, TICKED
 
 log = logging.getLogger(__name__)
 # Kinds whose objects select pods by label: any pod change in a namespace wakes all of them there.
@@ -50,15 +50,20 @@ class NamespaceIndex:
         return [k for k in self._by_ns.get(namespace, {}) if k[0] in CONTROLLERS]
 
 
-def keys_of(changes: Iterable[Change], index: NamespaceIndex | None = None) -> list[Key]:
-    """The distinct keys a batch of changes concerns, in first-seen order."""
+def keys_of(
+    changes: Iterable[Change], index: NamespaceIndex | None = None, *, listed: bool = False
+) -> list[Key]:
+    """The distinct keys a batch of changes concerns, in first-seen order. ``listed``: the
+    changes are a list of everything there is, not changes, so the kinds a tick covers in
+    bulk (``TICKED``) are left to it."""
     seen: dict[Key, None] = {}
+    skip = TICKED if listed else ()
     for ch in changes:
         if index is not None:
             index.observe(ch)
             if ch.kind == "Pod":
                 seen.update(dict.fromkeys(index.selecting(ch.namespace)))
-        if ch.kind in CONTROLLERS:
+        if ch.kind in CONTROLLERS and ch.kind not in skip:
             seen[(ch.kind, ch.namespace, ch.name)] = None
         meta = ch.obj.get("metadata") or {}
         for ref in meta.get("ownerReferences") or []:
@@ -75,7 +80,7 @@ async def run(stop: asyncio.Event) -> None:
         try:
             rev, items = await informer.list()
             index = NamespaceIndex()
-            for kind, namespace, name in keys_of(items, index):  # everything there now, once
+            for kind, namespace, name in keys_of(items, index, listed=True):  # all there is, once
                 enqueue(kind, namespace, name)
             batches = informer.changes(rev)
             try:

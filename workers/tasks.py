@@ -13,7 +13,7 @@ import time
 from celery import Task
 
 from workers.app import RECLAIM_CHUNK, app, queue_for, reconcile_queue
-from workers.controllers import CONTROLLERS, list_keys, reclaim
+from workers.controllers import CONTROLLERS, RESYNCED, list_keys, reclaim
 from workers.runtime import Busy, key_text, runtime
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,6 @@ def _again(kind: str, namespace: str, name: str, after: float) -> None:
     )
 
 
-# The resync's kinds: nodes are covered every 10 s by the reclaim tick instead.
-_RESYNCED = tuple(k for k in CONTROLLERS if k != "Node")
-
-
 @app.task(name="workers.tasks.resync")
 def resync(*kinds: str) -> int:
     """Enqueue every key every controller owns (or only those of ``kinds``): the
@@ -70,7 +66,7 @@ def resync(*kinds: str) -> int:
     every 10 s, unless asked for by name."""
     rt = runtime()
     count = 0
-    for kind, namespace, name in rt.run(list_keys(rt, kinds or _RESYNCED)):
+    for kind, namespace, name in rt.run(list_keys(rt, kinds or RESYNCED)):
         count += enqueue(kind, namespace, name)
     return count
 

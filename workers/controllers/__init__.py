@@ -22,6 +22,12 @@ CONTROLLERS: dict[str, Controller] = {
     "Node": reclaim.reconcile_key,  # batch-allocatable from usage (ADR 0021)
 }
 
+# Kinds a tick of their own covers in bulk (the reclaim sweep: every node every 10 s), so the
+# resync and the dispatcher's initial list leave them out: queued one key each, 10,000 nodes
+# were 10,000 per-node reconciles (and their status writes as many more) in the workers.
+TICKED = ("Node",)
+RESYNCED = tuple(k for k in CONTROLLERS if k not in TICKED)
+
 _TABLES = {
     "ReplicaSet": "replicasets",
     "Deployment": "deployments",
