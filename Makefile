@@ -4,7 +4,7 @@
 #   make test       OS packages, lint, then every test tier (what CI runs)
 #   make test-fast  every test not marked slow, without lint
 #   make lint       ruff, ruff format --check, mypy, import-linter
-#   make bench      benchmarks
+#   make bench      every benchmark, at its documented scale
 #   make deps       OS packages the tests need (as root, with apt-get)
 
 SHELL := /bin/bash
@@ -71,8 +71,17 @@ test: deps install lint
 test-fast: install
 	$(call pytest,tests -m "not slow" $(PYTEST_ARGS))
 
+# Every benchmark at its documented scale, one after another; each writes its figures to bench/results/ stamped with the commit.
 bench: install
 	$(BIN)/python bench/store/run.py
 	$(BIN)/python -m bench.scheduler.run
 	$(BIN)/python -m bench.scheduler.run --queued
 	$(BIN)/python -m bench.scheduler.run --profile affinity
+	$(BIN)/python bench/controllers/job.py
+	$(BIN)/python -m bench.controllers.run --profile deployment
+	$(BIN)/python -m bench.controllers.run --profile tasks
+	$(BIN)/python -m bench.controllers.quota_cost
+	$(BIN)/python -m bench.controllers.reclaim_cost
+	$(BIN)/python -m bench.agents.run --usage-every 0
+	$(BIN)/python -m bench.agents.run
+	$(BIN)/python -m bench.agents.renew_cost
