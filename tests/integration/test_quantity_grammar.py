@@ -48,7 +48,7 @@ grammar = st.builds(
 )
 # Near misses: a grammatical string with one character inserted, removed or replaced, padded,
 # doubled, or plain text from the characters quantities are made of.
-NEAR = "0123456789.+-eEKMGTPkmunib i_\n\t٣１"
+NEAR = "0123456789.+-eEKMGTPkmunib i_\n\t\u0663\uff11"  # and Arabic-Indic, full-width digits
 
 
 @st.composite

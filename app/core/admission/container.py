@@ -71,9 +71,16 @@ def too_large(name: str, amount: Fraction | str) -> str | None:
 
 
 def check_quantity_map(
-    e: Errs, m: Obj, path: str, name_errors: Callable[[str], list[str]]
+    e: Errs,
+    m: Obj,
+    path: str,
+    name_errors: Callable[[str], list[str]],
+    *,
+    stored: bool = True,
 ) -> dict[str, Fraction]:
-    """Validate a ``resource name -> quantity`` map in place; return the parsed amounts."""
+    """Validate a ``resource name -> quantity`` map in place; return the parsed amounts.
+
+    ``stored``: the SQL helpers read these amounts into integer columns, so each must fit."""
     parsed: dict[str, Fraction] = {}
     for name, raw in list(m.items()):
         if not isinstance(name, str):
@@ -93,7 +100,7 @@ def check_quantity_map(
         except ValueError as exc:
             e.invalid(p, raw, str(exc))
             continue
-        problem = too_large(name, m[name])
+        problem = too_large(name, m[name]) if stored else None
         if problem:
             e.invalid(p, raw, problem)
             continue
@@ -105,7 +112,8 @@ def check_pod_totals(e: Errs, spec: Obj, path: str) -> None:
     """The containers' summed requests and limits, which the pod's bigint columns hold, must
     fit as well as each amount (the trigger that sums them would fail the write instead)."""
     totals: dict[str, int] = {}
-    for c in spec.get("containers") or []:
+    containers = spec.get("containers")
+    for c in containers if isinstance(containers, list) else ():
         res = c.get("resources") if isinstance(c, dict) else None
         for part in ("requests", "limits"):
             m = res.get(part) if isinstance(res, dict) else None
@@ -113,8 +121,9 @@ def check_pod_totals(e: Errs, spec: Obj, path: str) -> None:
                 try:
                     units = stored_units(name, raw)
                 except (ValueError, TypeError):
-                    continue  # already reported by check_resources
-                totals[f"{part}.{name}"] = totals.get(f"{part}.{name}", 0) + units
+                    continue  # check_resources has reported it
+                if units <= INT64_MAX:  # a larger one too
+                    totals[f"{part}.{name}"] = totals.get(f"{part}.{name}", 0) + units
     for name, total in sorted(totals.items()):
         if total > INT64_MAX:
             e.invalid(

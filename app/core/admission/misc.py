@@ -76,7 +76,8 @@ def check_resourcequota(e: Errs, obj: Obj, old: Obj | None) -> None:
         return
     hard = e.get_obj(spec, "hard", "spec")
     if hard is not None:
-        check_quantity_map(e, hard, "spec.hard", quota_name_errors)
+        # Only Python compares usage with these limits: no column holds them, so any size goes.
+        check_quantity_map(e, hard, "spec.hard", quota_name_errors, stored=False)
     scopes = e.get_list(spec, "scopes", "spec")
     for i, scope in enumerate(scopes or []):
         if scope not in QUOTA_SCOPES:
