@@ -12,6 +12,11 @@ Grammar (as in ``k8s.io/apimachinery/pkg/api/resource``)::
     suffix    ::= binarySI | decimalSI | ("e" | "E") sign? digits
     binarySI  ::= Ki | Mi | Gi | Ti | Pi | Ei
     decimalSI ::= n | u | m | "" | k | M | G | T | P | E
+
+The database reads the same amounts in its triggers and generated columns with SQL twins of
+these functions (``qm_quantity``, ``qm_cpu_milli``, ``qm_bytes``, ``qm_count``: migration 0006),
+which follow this grammar rule for rule; change both together.
+``tests/integration/test_quantity_grammar.py`` holds them to one corpus.
 """
 
 from __future__ import annotations

@@ -346,6 +346,33 @@ def test_node(valid, accept, fields_of) -> None:
     }
 
 
+def test_node_amounts_are_quantities_the_database_can_store(valid, accept, fields_of) -> None:
+    obj = valid("Node")
+    obj["status"] = {
+        "capacity": {"cpu": 8, "memory": "16.Gi", "pods": 110.0, "hugepages-2Mi": "0"},
+        "allocatable": {"cpu": "8.", "memory": "+16Gi", "pods": "1k", "nvidia.com/gpu": 2},
+        "batchAllocatable": {"cpu": ".5", "memory": 1.5e9},
+    }
+    status = accept("Node", obj)["status"]
+    assert status["capacity"] == {"cpu": "8", "memory": "16.Gi", "pods": "110",
+                                  "hugepages-2Mi": "0"}  # fmt: skip
+    assert status["allocatable"]["nvidia.com/gpu"] == "2"
+    assert status["batchAllocatable"]["memory"] == "1500000000"
+    obj["status"] = {
+        "capacity": {"cpu": "-1", "memory": "lots"},
+        "allocatable": {"cpu": "1e16", "pods": "3e9", "memory": True},
+        "batchAllocatable": [],
+    }
+    assert fields_of("Node", obj) == {
+        "status.capacity.cpu",
+        "status.capacity.memory",
+        "status.allocatable.cpu",
+        "status.allocatable.pods",
+        "status.allocatable.memory",
+        "status.batchAllocatable",
+    }
+
+
 def test_node_without_spec(valid, accept) -> None:
     obj = valid("Node")
     del obj["spec"]

@@ -46,6 +46,43 @@ def test_numeric_quantities_are_normalised(valid, edit, accept) -> None:
 
 
 @pytest.mark.parametrize(
+    ("requests", "fits"),
+    [
+        ({"cpu": "9223372036854775807m"}, True),
+        ({"cpu": "9223372036854775808m"}, False),
+        ({"cpu": "1e16"}, False),
+        ({"memory": "7Ei"}, True),
+        ({"memory": "8Ei"}, False),
+        ({"memory": 1e19}, False),
+        ({"cpu": "1.", "memory": "8."}, True),
+    ],
+)  # fmt: skip
+def test_amounts_must_fit_the_database(requests, fits, valid, edit, accept, fields_of) -> None:
+    obj = edit(valid("Pod"), (*C0, "resources"), {"requests": requests})
+    if fits:
+        assert accept("Pod", obj)["spec"]["containers"][0]["resources"]["requests"] == requests
+    else:
+        (name,) = requests
+        assert fields_of("Pod", obj) == {f"spec.containers[0].resources.requests.{name}"}
+
+
+def test_summed_requests_must_fit_the_database(valid, accept, reject) -> None:
+    obj = valid("Pod")
+    big = {"requests": {"memory": "5Ei"}, "limits": {"memory": "5Ei"}}
+    obj["spec"]["containers"] = [
+        {"name": n, "image": "nginx", "resources": copy.deepcopy(big)} for n in ("a", "b")
+    ]
+    causes = reject("Pod", obj)
+    assert {c.field for c in causes} == {"spec.containers"}
+    assert {c.message.split(": ")[1] for c in causes} == {
+        '"limits.memory = 11529215046068469760"',
+        '"requests.memory = 11529215046068469760"',
+    }
+    obj["spec"]["containers"][1]["resources"] = {}
+    accept("Pod", obj)
+
+
+@pytest.mark.parametrize(
     ("resources", "field"),
     [
         ([], "resources"),

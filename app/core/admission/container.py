@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from fractions import Fraction
 
-from app.core.admission._util import INT64_MAX, Errs, Obj, show, sub
+from app.core.admission._util import INT32_MAX, INT64_MAX, Errs, Obj, show, sub
 from app.core.admission.values import check_port, is_svc_name, normalize_quantity
 from app.core.labels import validate_qualified_name
 from app.core.names import validate_dns1123_label
-from app.core.quantity import parse_quantity
+from app.core.quantity import cpu_millis, parse_quantity, to_bytes
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
@@ -49,10 +49,38 @@ def resource_name_errors(name: str) -> list[str]:
     ]
 
 
+# Resources the database counts in millicores; every other amount is counted in whole units.
+MILLI_RESOURCES = frozenset({"cpu", "requests.cpu", "limits.cpu"})
+
+
+def stored_units(name: str, amount: Fraction | str) -> int:
+    """The integer the SQL helpers (``qm_cpu_milli``, ``qm_bytes``) store for an amount."""
+    return cpu_millis(amount) if name in MILLI_RESOURCES else to_bytes(amount)
+
+
+def too_large(name: str, amount: Fraction | str) -> str | None:
+    """Why the database cannot store ``amount`` of ``name``, or ``None`` when it can.
+
+    The columns fed from quantities are bigints (``pods``: an integer); the SQL helpers read a
+    larger amount as NULL, so admission refuses it rather than let the two sides disagree."""
+    limit = INT32_MAX if name == "pods" else INT64_MAX
+    if stored_units(name, amount) <= limit:
+        return None
+    unit = "m" if name in MILLI_RESOURCES else ""
+    return f"must be at most {limit}{unit}, the largest amount that can be stored"
+
+
 def check_quantity_map(
-    e: Errs, m: Obj, path: str, name_errors: Callable[[str], list[str]]
+    e: Errs,
+    m: Obj,
+    path: str,
+    name_errors: Callable[[str], list[str]],
+    *,
+    stored: bool = True,
 ) -> dict[str, Fraction]:
-    """Validate a ``resource name -> quantity`` map in place; return the parsed amounts."""
+    """Validate a ``resource name -> quantity`` map in place; return the parsed amounts.
+
+    ``stored``: the SQL helpers read these amounts into integer columns, so each must fit."""
     parsed: dict[str, Fraction] = {}
     for name, raw in list(m.items()):
         if not isinstance(name, str):
@@ -72,8 +100,38 @@ def check_quantity_map(
         except ValueError as exc:
             e.invalid(p, raw, str(exc))
             continue
+        problem = too_large(name, m[name]) if stored else None
+        if problem:
+            e.invalid(p, raw, problem)
+            continue
         parsed[name] = amount
     return parsed
+
+
+def check_pod_totals(e: Errs, spec: Obj, path: str) -> None:
+    """The containers' summed requests and limits, which the pod's bigint columns hold, must
+    fit as well as each amount (the trigger that sums them would fail the write instead)."""
+    totals: dict[str, int] = {}
+    containers = spec.get("containers")
+    for c in containers if isinstance(containers, list) else ():
+        res = c.get("resources") if isinstance(c, dict) else None
+        for part in ("requests", "limits"):
+            m = res.get(part) if isinstance(res, dict) else None
+            for name, raw in m.items() if isinstance(m, dict) else ():
+                try:
+                    units = stored_units(name, raw)
+                except (ValueError, TypeError):
+                    continue  # check_resources has reported it
+                if units <= INT64_MAX:  # a larger one too
+                    totals[f"{part}.{name}"] = totals.get(f"{part}.{name}", 0) + units
+    for name, total in sorted(totals.items()):
+        if total > INT64_MAX:
+            e.invalid(
+                sub(path, "containers"),
+                f"{name} = {total}",
+                f"the containers' {name} add up to more than {INT64_MAX}, the largest total "
+                "that can be stored",
+            )
 
 
 def check_resources(e: Errs, c: Obj, path: str) -> None:

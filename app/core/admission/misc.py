@@ -76,7 +76,8 @@ def check_resourcequota(e: Errs, obj: Obj, old: Obj | None) -> None:
         return
     hard = e.get_obj(spec, "hard", "spec")
     if hard is not None:
-        check_quantity_map(e, hard, "spec.hard", quota_name_errors)
+        # Only Python compares usage with these limits: no column holds them, so any size goes.
+        check_quantity_map(e, hard, "spec.hard", quota_name_errors, stored=False)
     scopes = e.get_list(spec, "scopes", "spec")
     for i, scope in enumerate(scopes or []):
         if scope not in QUOTA_SCOPES:
@@ -151,6 +152,15 @@ def check_event(e: Errs, obj: Obj, old: Obj | None) -> None:
     e.get_str(obj, "reportingComponent", "")
 
 
+# The node status maps the scheduler and the SQL helpers read amounts from: both must read the
+# same value, so they hold quantities the database can store (numbers become quantity text).
+NODE_AMOUNTS = ("capacity", "allocatable", "batchAllocatable")
+
+
+def _any_resource_name(name: str) -> list[str]:
+    return [] if name else ["must not be empty"]
+
+
 def _cidr_error(text: str) -> str | None:
     try:
         ipaddress.ip_network(text, strict=False)
@@ -189,6 +199,11 @@ def check_node(e: Errs, obj: Obj, old: Obj | None) -> None:
             if problem:
                 e.invalid(idx("spec.podCIDRs", i), c, problem)
         e.get_str(spec, "providerID", "spec")
+    status = obj.get("status")  # its type is checked for every kind by admit()
+    for key in NODE_AMOUNTS:
+        amounts = e.get_obj(status, key, "status") if isinstance(status, dict) else None
+        if amounts is not None:
+            check_quantity_map(e, amounts, sub("status", key), _any_resource_name)
 
 
 def check_lease(e: Errs, obj: Obj, old: Obj | None) -> None:

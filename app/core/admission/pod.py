@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 from app.core.admission._util import INT64_MAX, NOT_SUPPORTED, Errs, Obj, sub
-from app.core.admission.container import check_container
+from app.core.admission.container import check_container, check_pod_totals
 from app.core.admission.scheduling import check_affinity, check_tolerations, check_topology_spread
 from app.core.admission.values import check_quantity
 from app.core.names import validate_dns1123_label, validate_dns1123_subdomain
@@ -91,6 +91,7 @@ def check_pod_spec(
                 if name in seen:
                     e.duplicate(sub(cp, "name"), name)
                 seen.add(name)
+    check_pod_totals(e, spec, path)
     e.get_enum(
         spec,
         "restartPolicy",
