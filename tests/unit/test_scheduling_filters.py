@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.core.scheduling.filters import FilterCache, explain, feasible
+from app.core.scheduling.explain import explain
+from app.core.scheduling.filters import FilterCache, feasible
 from app.core.scheduling.podinfo import HOSTNAME_KEY, ZONE_KEY, pod_info
 from app.core.scheduling.snapshot import Snapshot, node_info
 
@@ -130,7 +131,7 @@ def message(nodes: Sequence[Obj], candidate: Obj, placed: Sequence[Obj] = ()) ->
     snap = snapshot(nodes, placed)
     info = pod_info(candidate, 1)
     snap.upsert_pod(info)
-    return explain(snap, info, FilterCache())
+    return explain(snap, info, FilterCache()).message
 
 
 def taint(key: str, effect: str, value: str | None = None) -> Obj:
@@ -851,7 +852,7 @@ def test_explain_ignores_removed_nodes() -> None:
     snap = snapshot([node("a", cpu="1"), node("b", cpu="1"), node("c", unschedulable=True)])
     snap.remove_node("c")
     info = pod_info(pod("p", cpu="2"), 1)
-    assert explain(snap, info, FilterCache()) == "0/2 nodes available: 2 insufficient cpu"
+    assert explain(snap, info, FilterCache()).message == "0/2 nodes available: 2 insufficient cpu"
 
 
 def test_explain_batch_reports_batch_allocatable() -> None:
