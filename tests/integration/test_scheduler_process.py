@@ -167,6 +167,16 @@ def metrics(port: int) -> str:
         return ""
 
 
+def samples(text: str, name: str) -> dict[str, float]:
+    """The values of one single-label metric family, by label value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('"')[1]] = float(value)
+    return out
+
+
 def test_pending_pods_are_bound_spread_and_counted(cluster: Cluster) -> None:
     for i in range(6):
         cluster.node(f"node-{i}", f"zone-{i % 3}")
@@ -192,7 +202,7 @@ def test_a_pod_that_fits_nowhere_says_why(cluster: Cluster) -> None:
     cluster.node("small-1", "zone-1", cpu="2")
     cluster.node("gpu-0", "zone-2", cpu="2", spec={"taints": [
         {"key": "gpu", "value": "true", "effect": "NoSchedule"}]})  # fmt: skip
-    cluster.start_scheduler()
+    _proc, port = cluster.start_scheduler()
     cluster.pods(["huge"], cpu="3")
     expected = "0/3 nodes available: 3 insufficient cpu, 1 untolerated taint gpu=true:NoSchedule"
 
@@ -215,6 +225,14 @@ def test_a_pod_that_fits_nowhere_says_why(cluster: Cluster) -> None:
 
     cluster.wait(lambda: event() is not None, what="a FailedScheduling event")
     assert event()[0]["message"] == expected
+    # every failed attempt counted once under each of its two reasons, and under no other
+    text = metrics(port)
+    counts = samples(text, "scheduler_unschedulable_total")
+    attempts = samples(text, "scheduler_schedule_attempts_total").get("unschedulable", 0)
+    assert attempts >= 1
+    assert counts["insufficient_cpu"] == counts["untolerated_taint"] == attempts
+    assert {k for k, v in counts.items() if v} == {"insufficient_cpu", "untolerated_taint"}
+    assert counts["node_selector"] == 0  # every reason is a series, at 0 until it happens
     # a node that could help arrives: the pod is retried and placed
     cluster.node("big-0", "zone-0", cpu="8")
     cluster.wait(lambda: cluster.bound().get("huge") == "big-0", what="huge bound to big-0")
