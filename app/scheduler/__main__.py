@@ -57,6 +57,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="schedule pods whose spec.schedulerName is this (repeatable; default: "
         "default-scheduler and quaymaster)",
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="base seed of the cycles' random choices, to replay decisions (default: random,"
+        " logged at info)",
+    )
     p.add_argument("--metrics-host", default="127.0.0.1")
     p.add_argument(
         "--metrics-port",
@@ -87,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         metrics_host=args.metrics_host,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        seed=args.seed,
     )
     if args.identity:
         settings.identity = args.identity

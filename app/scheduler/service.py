@@ -11,6 +11,11 @@ Three loops share one event loop:
   batch commits; pods that fit nowhere get their ``PodScheduled=False`` message, an Event,
   and, where allowed, a preemption (victims deleted with their grace period, the node
   nominated).
+
+Each cycle's random choices are seeded with ``cycle_seed(base, n)`` for the process's base
+seed (``--seed``, else drawn at start and logged at info) and the cycle's number; cycles that
+decide something log their number, seed and the revision their snapshot had reached at debug,
+so a decision can be replayed (ADR 0034).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from app.core.errors import Gone, NotFound, StatusError
 from app.core.kinds import BY_KIND
 from app.core.objects import render
 from app.core.priority import band
-from app.core.scheduling.engine import Config, Engine, Failure, Placement
+from app.core.scheduling.engine import Config, Engine, Failure, Placement, cycle_seed
+from app.core.scheduling.filters import FILTERS
 from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 from app.scheduler.binder import Bind, bind_many
@@ -79,6 +85,7 @@ class Settings:
     # so they are placed even while the revision stream lags behind a burst.
     pending_poll: float = 0.1
     cycle_seconds: float = 0.1  # one cycle decides for at most this long
+    seed: int | None = None  # base of the cycles' seeds (None: drawn at start)
 
 
 def _before(deadline: float) -> Callable[[], bool]:
@@ -94,6 +101,16 @@ class Metrics:
             "Scheduling attempts by result (scheduled, unschedulable, conflict).",
             ("result",),
         )
+        self.unschedulable = r.counter(
+            "scheduler_unschedulable_total",
+            "Failed placement attempts by the filter reason that turned nodes away: one per"
+            " attempt and reason, however many nodes that reason turned away (a pod refused"
+            " for cpu on some nodes and for a taint on others counts once under each).",
+            ("reason",),
+        )
+        for f in FILTERS:  # every reason is a series from the start, at 0
+            for reason in f.reasons:
+                self.unschedulable.labels(reason.code)
         self.latency = r.histogram(
             "scheduler_pod_scheduling_seconds",
             "Time from the scheduler first seeing a pending pod to its bind committing.",
@@ -131,8 +148,14 @@ class SchedulerService:
         self.settings = settings
         self.clock = clock
         self.rng = rng or random.Random()
+        self.seed_base = (
+            settings.seed if settings.seed is not None else random.SystemRandom().getrandbits(64)
+        )
+        self.cycles = 0  # cycles run; the next one's seed is cycle_seed(seed_base, cycles + 1)
+        self.revision = 0  # of the last change applied to the snapshot
         self.engine = Engine(settings.config, self.rng)
         self.metrics = Metrics()
+        log.info("scheduler %s: random base seed %d", settings.identity, self.seed_base)
         self.first_seen: dict[str, float] = {}
         self.condition_written: dict[str, tuple[str, float]] = {}
         self.pool: asyncpg.Pool | None = None
@@ -217,12 +240,15 @@ class SchedulerService:
             try:
                 rev, items = await informer.list()
                 self._reset(items)
+                self.revision = rev
                 self.synced.set()
                 self._wake.set()
                 batches = informer.changes(rev)
                 try:
                     async for batch in batches:
                         self._apply(batch)
+                        if batch:
+                            self.revision = max(self.revision, batch[-1].revision)
                         self._wake.set()
                 finally:
                     await batches.aclose()  # type: ignore[attr-defined]
@@ -306,9 +332,15 @@ class SchedulerService:
             now = self.clock()
             started = time.perf_counter()
             until = started + s.cycle_seconds
-            placements, failures = self.engine.cycle(now, s.batch_size, _before(until))
+            self.cycles += 1
+            seed = cycle_seed(self.seed_base, self.cycles)
+            placements, failures = self.engine.cycle(now, s.batch_size, _before(until), seed)
             if placements or failures:
                 self.metrics.cycle.observe(time.perf_counter() - started)
+                log.debug(
+                    "cycle %d seed %d at revision %d: %d placed, %d unschedulable",
+                    self.cycles, seed, self.revision, len(placements), len(failures),
+                )  # fmt: skip
             production = [p for p in placements if not p.pod.req.batch]
             if production:
                 # A small transaction of its own, never queued behind batch binds.
@@ -416,6 +448,9 @@ class SchedulerService:
         now = self.clock()
         stamp = datetime.now(UTC)
         self.metrics.attempts.labels("unschedulable").inc(len(failures))
+        for f in failures:
+            for code in f.reasons:
+                self.metrics.unschedulable.labels(code).inc()
         conditions: list[tuple[PodRef, str]] = []
         notes: list[EventNote] = []
         nominations: list[tuple[PodRef, str]] = []

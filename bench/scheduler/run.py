@@ -24,6 +24,8 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +38,23 @@ import contextlib
 
 from app.stream.revisioner import streaming
 from bench.common import ROOT, Stack, free_port, machine, median, percentile, write_result
+from bench.scheduler.measure import (
+    BATCH_NS,
+    BATCH_SIZE,
+    IN_FLIGHT,
+    PROD_NS,
+    RAW_NS,
+    Binds,
+    check_placements,
+    collect_binds,
+    raw_binds,
+    round_robin,
+)
 
 ZONES = ("zone-a", "zone-b", "zone-c")
-BATCH_NS = "batch-team"
-PROD_NS = "prod-team"
-RAW_NS = "raw-bind"
-BATCH_SIZE = 500  # the scheduler's default --batch-size
-IN_FLIGHT = 2  # the scheduler keeps at most two bind transactions in flight
 CHUNK = 5000  # pods per COPY transaction when submitting the batch job
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+UNBOUND = "SELECT count(*) FROM pods WHERE node_name IS NULL"
 
 
 # -- objects ------------------------------------------------------------------------------------
@@ -251,56 +261,37 @@ def wait_for(what: str, predicate: Any, timeout: float, procs: list[Any] = ()) -
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-# -- the raw bind rate --------------------------------------------------------------------------
-async def raw_binds(url: str, pods: list[tuple[str, int, int, int]],
-                    nodes: list[tuple[str, str]]) -> dict[str, Any]:  # fmt: skip
-    """``bind_many`` over precomputed decisions: batches of 500, two transactions in flight."""
-    from datetime import UTC, datetime
-
-    from app.scheduler.binder import Bind, bind_many
-    from app.store.db import create_pool
-
-    binds = []
-    for i, (uid, row_version, cpu, mem) in enumerate(pods):
-        node_uid, node_name = nodes[i]
-        binds.append(
-            Bind(uid, RAW_NS, f"r{i}", row_version, node_uid, node_name, cpu, mem, 0, True)
-        )
-    batches = [binds[i : i + BATCH_SIZE] for i in range(0, len(binds), BATCH_SIZE)]
-    pool = await create_pool(url, min_size=IN_FLIGHT, max_size=IN_FLIGHT)
-    bound = 0
-    refused = 0
-    seconds: list[float] = []
-
-    async def worker() -> None:
-        nonlocal bound, refused
-        async with pool.acquire() as conn:
-            while batches:
-                batch = batches.pop(0)
-                t = time.perf_counter()
-                result = await bind_many(conn, batch, datetime.now(UTC))
-                seconds.append(time.perf_counter() - t)
-                bound += len(result.bound)
-                refused += len(result.stale) + len(result.no_room)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    elapsed = time.perf_counter() - t0
-    await pool.close()
-    return {
-        "binds": bound,
-        "refused": refused,
-        "seconds": round(elapsed, 3),
-        "binds_per_s": round(bound / elapsed, 1),
-        "batch_commit_p50_ms": round(percentile(seconds, 50) * 1000, 1),
-        "batch_commit_p99_ms": round(percentile(seconds, 99) * 1000, 1),
-    }
-
-
 # -- one run ------------------------------------------------------------------------------------
-def one_run(stack: Stack, args: argparse.Namespace, n: int, procs: Procs, logdir: Path
-            ) -> dict[str, Any]:  # fmt: skip
-    from app.devstack.postgres import create_database, drop_database, with_database
+@dataclass
+class Run:
+    """One run's fresh database, its connection and the processes started for it."""
+
+    stack: Stack
+    args: argparse.Namespace
+    procs: Procs
+    dbname: str
+    url: str
+    log: Path
+    db: psycopg.Connection[Any]
+    rev: subprocess.Popen[bytes] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DATABASE_URL": self.url, "QM_STREAM_DATABASE_URL": self.url}
+
+    def stream_at(self) -> int:
+        return int(self.db.execute("SELECT last_revision FROM qm_stream_state").fetchone()[0])
+
+    def count(self, sql: str, *params: Any) -> int:
+        return int(self.db.execute(sql, params or None).fetchone()[0])
+
+    def postgres_cpu(self) -> float:
+        return postgres_cpu_seconds(self.stack.pg.pid if self.stack.pg else None)
+
+
+def create_run(stack: Stack, args: argparse.Namespace, n: int, procs: Procs, logdir: Path) -> Run:
+    """A fresh database migrated with ``alembic upgrade head``, and a connection to it."""
+    from app.devstack.postgres import create_database
 
     dbname = f"qm_bench_sched_{n}_{secrets.token_hex(3)}"
     url = create_database(stack.url, dbname)
@@ -309,385 +300,367 @@ def one_run(stack: Stack, args: argparse.Namespace, n: int, procs: Procs, logdir
     env = {"DATABASE_URL": url, "QM_STREAM_DATABASE_URL": url}
     subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT,
                    env={**os.environ, **env}, check=True, capture_output=True)  # fmt: skip
-    db = psycopg.connect(url, autocommit=True)
-    prod_stop = threading.Event()
-    sampler_stop = threading.Event()
-    threads: list[threading.Thread] = []
-    try:
-        # History is kept for the whole run: the measurements read it afterwards.
-        rev = procs.start(["-m", "app.stream"], {**env, "QM_HISTORY_SECONDS": "86400",
-                          "QM_LOG_LEVEL": "info"}, run_log / "revisioner.log")  # fmt: skip
-        wait_for("the revisioner to stream", lambda: streaming(db), 120, [rev])
+    return Run(stack, args, procs, dbname, url, run_log, psycopg.connect(url, autocommit=True))
 
-        # 1. nodes
-        t0 = time.monotonic()
-        with (
-            db.transaction(),
-            db.cursor() as cur,
-            cur.copy("COPY nodes (uid, name, labels, spec, status) FROM STDIN") as cp,
-        ):
-            status = json.dumps({
-                "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            })  # fmt: skip
-            for i in range(args.nodes):
-                name = f"node-{i:05d}"
-                labels = {"topology.kubernetes.io/zone": ZONES[i % 3],
-                          "kubernetes.io/hostname": name}  # fmt: skip
-                cp.write_row((uuid.uuid4(), name, json.dumps(labels), "{}", status))
-        nodes_insert_s = time.monotonic() - t0
 
-        def stream_at() -> int:
-            return int(db.execute("SELECT last_revision FROM qm_stream_state").fetchone()[0])
+def start_revisioner(run: Run) -> subprocess.Popen[bytes]:
+    # History is kept for the whole run: the measurements read it afterwards.
+    run.rev = run.procs.start(["-m", "app.stream"], {**run.env, "QM_HISTORY_SECONDS": "86400",
+                              "QM_LOG_LEVEL": "info"}, run.log / "revisioner.log")  # fmt: skip
+    wait_for("the revisioner to stream", lambda: streaming(run.db), 120, [run.rev])
+    return run.rev
 
-        wait_for("the nodes in the revision log", lambda: stream_at() >= args.nodes, 300, [rev])
-        nodes_streamed_s = time.monotonic() - t0
 
-        def submit_batch() -> None:
+def load_nodes(run: Run) -> dict[str, float]:
+    """COPY the nodes in, then wait until they are in the revision log."""
+    args = run.args
+    t0 = time.monotonic()
+    with (
+        run.db.transaction(),
+        run.db.cursor() as cur,
+        cur.copy("COPY nodes (uid, name, labels, spec, status) FROM STDIN") as cp,
+    ):
+        status = json.dumps({
+            "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+            "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        })  # fmt: skip
+        for i in range(args.nodes):
+            name = f"node-{i:05d}"
+            labels = {"topology.kubernetes.io/zone": ZONES[i % 3],
+                      "kubernetes.io/hostname": name}  # fmt: skip
+            cp.write_row((uuid.uuid4(), name, json.dumps(labels), "{}", status))
+    nodes_insert_s = time.monotonic() - t0
+    wait_for("the nodes in the revision log", lambda: run.stream_at() >= args.nodes, 300,
+             [run.rev])  # fmt: skip
+    return {"nodes_insert_s": nodes_insert_s, "nodes_streamed_s": time.monotonic() - t0}
+
+
+def write_batch_job(run: Run) -> None:
+    """The batch job's tasks, CHUNK pods per COPY transaction."""
+    rows = []
+    for i in range(run.args.tasks):
+        labels, spec = batch_pod(i, run.args.profile, run.args.group_size)
+        rows.append((f"big-{i:06d}", labels, spec))
+        if len(rows) == CHUNK:
+            copy_pods(run.db, BATCH_NS, rows)
             rows = []
-            for i in range(args.tasks):
-                labels, spec = batch_pod(i, args.profile, args.group_size)
-                rows.append((f"big-{i:06d}", labels, spec))
-                if len(rows) == CHUNK:
-                    copy_pods(db, BATCH_NS, rows)
-                    rows = []
-            if rows:
-                copy_pods(db, BATCH_NS, rows)
+    if rows:
+        copy_pods(run.db, BATCH_NS, rows)
 
-        queued_submit_s = 0.0
-        if args.queued:
-            # The whole job is pending and in the revision log before the scheduler starts:
-            # what placement alone sustains, without the submission competing for the cores.
-            t0 = time.monotonic()
-            submit_batch()
-            queued_submit_s = time.monotonic() - t0
-            wait_for("the batch job in the revision log",
-                     lambda: stream_at() >= args.nodes + args.tasks, 600, [rev])  # fmt: skip
 
-        # 2. the scheduler
-        port = free_port()
-        t0 = time.monotonic()
-        sched = procs.start(["-m", "app.scheduler", "--metrics-port", str(port)],
-                            {**env, "QM_LOG_LEVEL": "info"}, run_log / "scheduler.log")  # fmt: skip
+def queue_batch_job(run: Run) -> float:
+    """With --queued: the whole job is pending and in the revision log before the scheduler
+    starts, to measure what placement alone sustains, without the submission competing for
+    the cores. Returns the submission's seconds."""
+    t0 = time.monotonic()
+    write_batch_job(run)
+    submit_s = time.monotonic() - t0
+    total = run.args.nodes + run.args.tasks
+    wait_for("the batch job in the revision log", lambda: run.stream_at() >= total, 600,
+             [run.rev])  # fmt: skip
+    return submit_s
 
-        def ready() -> bool:
-            m = scrape(port)
-            return m.get("scheduler_nodes") == args.nodes and m.get("scheduler_is_leader") == 1
 
-        wait_for("the scheduler to lead with all nodes", ready, 300, [sched, rev])
-        scheduler_ready_s = time.monotonic() - t0
-        sched_cpu0 = cpu_seconds(sched.pid)
-        rev_cpu0 = cpu_seconds(rev.pid)
-        pg_cpu0 = postgres_cpu_seconds(stack.pg.pid if stack.pg else None)
+def start_scheduler(run: Run) -> tuple[subprocess.Popen[bytes], int, float]:
+    """The scheduler process, once it leads with every node in its snapshot: (process, metrics
+    port, seconds until then)."""
+    port = free_port()
+    t0 = time.monotonic()
+    argv = ["-m", "app.scheduler", "--metrics-port", str(port)]
+    sched = run.procs.start(argv, {**run.env, "QM_LOG_LEVEL": "info"}, run.log / "scheduler.log")
 
-        # Unbound pods sampled once a second (the sampler's own connection).
-        series: list[tuple[float, int]] = []
+    def ready() -> bool:
+        m = scrape(port)
+        return m.get("scheduler_nodes") == run.args.nodes and m.get("scheduler_is_leader") == 1
 
-        def sampler() -> None:
-            with psycopg.connect(url, autocommit=True) as c:
-                while not sampler_stop.is_set():
-                    t = time.monotonic()
-                    unbound = c.execute(
-                        "SELECT count(*) FROM pods WHERE node_name IS NULL"
-                    ).fetchone()[0]
-                    series.append((t, int(unbound)))
-                    sampler_stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
+    wait_for("the scheduler to lead with all nodes", ready, 300, [sched, run.rev])
+    return sched, port, time.monotonic() - t0
 
-        # 4. production pods, each in its own transaction, at a steady rate
-        prod_created = {"n": 0}
 
-        def producer() -> None:
-            with psycopg.connect(url, autocommit=True) as c:
-                interval = 1.0 / args.prod_rate
-                nxt = time.monotonic()
-                i = 0
-                while not prod_stop.is_set():
-                    labels, spec = prod_pod(i, args.profile)
-                    c.execute(
-                        "INSERT INTO pods (uid, namespace, name, labels, spec, creation_timestamp)"
-                        " VALUES (%s, %s, %s, %s, %s, clock_timestamp())",
-                        (
-                            uuid.uuid4(),
-                            PROD_NS,
-                            f"web-{i:06d}",
-                            json.dumps(labels),
-                            json.dumps(spec),
-                        ),
-                    )
-                    i += 1
-                    prod_created["n"] = i
-                    nxt += interval
-                    delay = nxt - time.monotonic()
-                    if delay > 0:
-                        prod_stop.wait(delay)
+class Background:
+    """The two threads beside the drain, each on its own connection: the sampler counts
+    unbound pods once a second; the producer inserts production pods, each in its own
+    transaction, at a steady rate."""
 
-        # 3. the batch job, all at once (with --queued: before the scheduler started)
-        submit_at = db.execute("SELECT clock_timestamp()").fetchone()[0]
-        t_submit = time.monotonic()
-        threads = [threading.Thread(target=sampler, daemon=True),
-                   threading.Thread(target=producer, daemon=True)]  # fmt: skip
-        for t in threads:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.series: list[tuple[float, int]] = []
+        self.prod_created = 0
+        self.prod_stop = threading.Event()
+        self.sampler_stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self.threads = [threading.Thread(target=self.sample, daemon=True),
+                        threading.Thread(target=self.produce, daemon=True)]  # fmt: skip
+        for t in self.threads:
             t.start()
-        if args.queued:
-            submit_s = queued_submit_s
-        else:
-            submit_batch()
-            submit_s = time.monotonic() - t_submit
 
-        def batch_bound() -> bool:
-            left = db.execute(
-                "SELECT count(*) FROM pods WHERE namespace = %s AND node_name IS NULL",
-                (BATCH_NS,),
-            ).fetchone()[0]
-            return left == 0
+    def sample(self) -> None:
+        with psycopg.connect(self.run.url, autocommit=True) as c:
+            while not self.sampler_stop.is_set():
+                t = time.monotonic()
+                unbound = c.execute(UNBOUND).fetchone()[0]
+                self.series.append((t, int(unbound)))
+                self.sampler_stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
 
-        wait_for("the batch job to be bound", batch_bound, args.timeout, [sched, rev])
-        drained_wall_s = time.monotonic() - t_submit
-        prod_stop.set()
-        threads[1].join()
+    def produce(self) -> None:
+        args = self.run.args
+        with psycopg.connect(self.run.url, autocommit=True) as c:
+            interval = 1.0 / args.prod_rate
+            nxt = time.monotonic()
+            i = 0
+            while not self.prod_stop.is_set():
+                labels, spec = prod_pod(i, args.profile)
+                c.execute(
+                    "INSERT INTO pods (uid, namespace, name, labels, spec, creation_timestamp)"
+                    " VALUES (%s, %s, %s, %s, %s, clock_timestamp())",
+                    (uuid.uuid4(), PROD_NS, f"web-{i:06d}", json.dumps(labels), json.dumps(spec)),
+                )
+                i += 1
+                self.prod_created = i
+                nxt += interval
+                delay = nxt - time.monotonic()
+                if delay > 0:
+                    self.prod_stop.wait(delay)
 
-        def all_bound() -> bool:
-            return (
-                db.execute("SELECT count(*) FROM pods WHERE node_name IS NULL").fetchone()[0] == 0
-            )
+    def stop_producer(self) -> None:
+        self.prod_stop.set()
+        if len(self.threads) > 1:
+            self.threads[1].join()
 
-        wait_for("the production pods to be bound", all_bound, 120, [sched, rev])
-        sampler_stop.set()
-        threads[0].join()
-        # The stream has caught up once every pod's current row version is in the log.
-        wait_for("the revision log to catch up", lambda: db.execute(
-            "SELECT NOT EXISTS (SELECT 1 FROM pods p WHERE NOT EXISTS (SELECT 1 FROM"
-            " qm_revision_log l WHERE l.uid = p.uid AND l.row_version = p.row_version))"
-        ).fetchone()[0], 300, [rev])  # fmt: skip
+    def stop_sampler(self) -> None:
+        self.sampler_stop.set()
+        if self.threads:
+            self.threads[0].join()
 
-        sched_cpu = cpu_seconds(sched.pid) - sched_cpu0
-        rev_cpu = cpu_seconds(rev.pid) - rev_cpu0
-        pg_cpu = postgres_cpu_seconds(stack.pg.pid if stack.pg else None) - pg_cpu0
-        sched_hwm = status_kib(sched.pid, "VmHWM") / 1024
-        sched_rss = status_kib(sched.pid, "VmRSS") / 1024
-        rev_hwm = status_kib(rev.pid, "VmHWM") / 1024
+    def stop(self) -> None:
+        self.prod_stop.set()
+        self.sampler_stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+@dataclass
+class Drain:
+    submit_at: datetime  # database clock when the submission started
+    t_submit: float  # monotonic, the same moment
+    submit_s: float
+    drained_wall_s: float
+
+
+def drain(run: Run, bg: Background, sched: subprocess.Popen[bytes], queued_submit_s: float
+          ) -> Drain:  # fmt: skip
+    """Submit the batch job (unless it was queued) with production pods arriving, and wait
+    until every pod is bound and the revision log has caught up."""
+    submit_at = run.db.execute("SELECT clock_timestamp()").fetchone()[0]
+    t_submit = time.monotonic()
+    bg.start()
+    if run.args.queued:
+        submit_s = queued_submit_s
+    else:
+        write_batch_job(run)
+        submit_s = time.monotonic() - t_submit
+    unbound_batch = "SELECT count(*) FROM pods WHERE namespace = %s AND node_name IS NULL"
+    wait_for("the batch job to be bound", lambda: run.count(unbound_batch, BATCH_NS) == 0,
+             run.args.timeout, [sched, run.rev])  # fmt: skip
+    drained_wall_s = time.monotonic() - t_submit
+    bg.stop_producer()
+    wait_for("the production pods to be bound", lambda: run.count(UNBOUND) == 0, 120,
+             [sched, run.rev])  # fmt: skip
+    bg.stop_sampler()
+    # The stream has caught up once every pod's current row version is in the log.
+    wait_for("the revision log to catch up", lambda: run.db.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM pods p WHERE NOT EXISTS (SELECT 1 FROM"
+        " qm_revision_log l WHERE l.uid = p.uid AND l.row_version = p.row_version))"
+    ).fetchone()[0], 300, [run.rev])  # fmt: skip
+    return Drain(submit_at, t_submit, submit_s, drained_wall_s)
+
+
+def cpu_marks(run: Run, sched: subprocess.Popen[bytes]) -> tuple[float, float, float]:
+    """CPU seconds so far of the scheduler, the revisioner and PostgreSQL."""
+    assert run.rev is not None
+    return cpu_seconds(sched.pid), cpu_seconds(run.rev.pid), run.postgres_cpu()
+
+
+def process_usage(run: Run, sched: subprocess.Popen[bytes], marks: tuple[float, float, float]
+                  ) -> dict[str, float]:  # fmt: skip
+    """CPU since ``marks`` and memory of the processes, read before the scheduler stops."""
+    assert run.rev is not None
+    sched_cpu0, rev_cpu0, pg_cpu0 = marks
+    return {
+        "sched_cpu": cpu_seconds(sched.pid) - sched_cpu0,
+        "rev_cpu": cpu_seconds(run.rev.pid) - rev_cpu0,
+        "pg_cpu": run.postgres_cpu() - pg_cpu0,
+        "sched_hwm": status_kib(sched.pid, "VmHWM") / 1024,
+        "sched_rss": status_kib(sched.pid, "VmRSS") / 1024,
+        "rev_hwm": status_kib(run.rev.pid, "VmHWM") / 1024,
+    }
+
+
+def raw_bind_rate(run: Run) -> dict[str, Any]:
+    """The raw bind rate: same server, same database, no scheduler running. Fresh unbound
+    pods, bound by ``bind_many`` to precomputed round-robin decisions."""
+    assert run.rev is not None
+    db = run.db
+    t0 = time.monotonic()
+    raw_rows = []
+    for i in range(run.args.tasks):
+        labels, spec = batch_pod(i, "burst", run.args.group_size)
+        raw_rows.append((f"r{i}", labels, spec))
+        if len(raw_rows) == CHUNK:
+            copy_pods(db, RAW_NS, raw_rows)
+            raw_rows = []
+    if raw_rows:
+        copy_pods(db, RAW_NS, raw_rows)
+    wait_for("the raw pods in the revision log", lambda: db.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM pods p WHERE p.namespace = %s AND NOT EXISTS"
+        " (SELECT 1 FROM qm_revision_log l WHERE l.uid = p.uid"
+        " AND l.row_version = p.row_version))", (RAW_NS,)
+    ).fetchone()[0], 300, [run.rev])  # fmt: skip
+    db.execute("VACUUM (ANALYZE) pods, nodes_allocated")
+    pods = [
+        (str(r[0]), int(r[1]), int(r[2]), int(r[3]))
+        for r in db.execute(
+            "SELECT uid, row_version, req_cpu_milli, req_memory_bytes FROM pods"
+            " WHERE namespace = %s ORDER BY name", (RAW_NS,)
+        ).fetchall()
+    ]  # fmt: skip
+    nodes = round_robin(db, len(pods))
+    pods = pods[: len(nodes)]
+    rev_cpu_raw0 = cpu_seconds(run.rev.pid)
+    pg_cpu_raw0 = run.postgres_cpu()
+    raw = asyncio.run(raw_binds(run.url, pods, nodes))
+    raw["postgres_cpu_s"] = round(run.postgres_cpu() - pg_cpu_raw0, 2)
+    raw["revisioner_cpu_s"] = round(cpu_seconds(run.rev.pid) - rev_cpu_raw0, 2)
+    raw["setup_s"] = round(time.monotonic() - t0 - raw["seconds"], 1)
+    return raw
+
+
+def tear_down(run: Run, bg: Background) -> None:
+    from app.devstack.postgres import drop_database, with_database
+
+    bg.stop()
+    run.procs.stop_all()
+    run.db.close()
+    if not run.args.keep:
+        try:
+            drop_database(with_database(run.stack.url, "postgres"), run.dbname)
+        except Exception as exc:
+            print(f"dropping {run.dbname} failed: {exc}", file=sys.stderr)
+
+
+def one_run(stack: Stack, args: argparse.Namespace, n: int, procs: Procs, logdir: Path
+            ) -> dict[str, Any]:  # fmt: skip
+    """Set up, load the nodes, start the scheduler, drain the job, measure, verify."""
+    run = create_run(stack, args, n, procs, logdir)
+    bg = Background(run)
+    try:
+        rev = start_revisioner(run)
+        nodes = load_nodes(run)
+        queued_submit_s = queue_batch_job(run) if args.queued else 0.0
+        sched, port, scheduler_ready_s = start_scheduler(run)
+        marks = cpu_marks(run, sched)
+        d = drain(run, bg, sched, queued_submit_s)
+        usage = process_usage(run, sched, marks)
         metrics = scrape(port)
         procs.stop(sched)
-
-        # 5. measurements from the revision log and the tables
-        firsts = db.execute(
-            """
-            WITH l AS (
-              SELECT uid, revision, committed_at, (object::jsonb)->'spec'->>'nodeName' AS node,
-                     lag((object::jsonb)->'spec'->>'nodeName')
-                       OVER (PARTITION BY uid ORDER BY revision) AS prev
-                FROM qm_revision_log WHERE kind = 'Pod')
-            SELECT p.namespace, p.uid, p.creation_timestamp,
-                   min(l.committed_at) FILTER (WHERE l.node IS NOT NULL AND l.prev IS NULL),
-                   count(*) FILTER (WHERE l.node IS NOT NULL AND l.prev IS NULL),
-                   p.bound_at,
-                   p.node_name
-              FROM pods p LEFT JOIN l ON l.uid = p.uid
-             GROUP BY p.uid
-            """
-        ).fetchall()
-        # Bound time is pods.bound_at: set by the bind's own UPDATE (database clock), so
-        # created-to-bound excludes the stream's lag; "visible" adds the lag until the bind
-        # reached the revision log, which is what a watcher sees.
-        bind_counts: dict[int, int] = {}
-        batch_bound_at: list[float] = []
-        stream_lag: list[float] = []
-        prod_bound: list[float] = []
-        prod_log: list[float] = []
-        unbound = 0
-        epoch = submit_at
-        for ns, _uid, created, logged, transitions, bound_at, node in firsts:
-            bind_counts[transitions] = bind_counts.get(transitions, 0) + 1
-            if node is None:
-                unbound += 1
-            if bound_at is None:
-                continue
-            if logged is not None:
-                stream_lag.append((logged - bound_at).total_seconds())
-            if ns == BATCH_NS:
-                batch_bound_at.append((bound_at - epoch).total_seconds())
-            elif ns == PROD_NS:
-                prod_bound.append((bound_at - created).total_seconds())
-                if logged is not None:
-                    prod_log.append((logged - created).total_seconds())
-        # all pods by bind commit time, per second since the first bind
-        all_bound_at = sorted((r[5] - epoch).total_seconds() for r in firsts if r[5] is not None)
-        first, last = all_bound_at[0], all_bound_at[-1]
-        per_second = [0] * (int(last - first) + 1)
-        for t in all_bound_at:
-            per_second[int(t - first)] += 1
-        over = db.execute(
-            """
-            SELECT count(*) FROM nodes n
-              JOIN (SELECT node_name, sum(req_cpu_milli) cpu, sum(req_memory_bytes) mem,
-                           count(*) pods
-                      FROM pods WHERE node_name IS NOT NULL GROUP BY node_name) p
-                ON p.node_name = n.name
-             WHERE p.cpu > n.alloc_cpu_milli OR p.mem > n.alloc_memory_bytes
-                OR p.pods > n.alloc_pods
-            """
-        ).fetchone()[0]
-        alloc_mismatch = db.execute(
-            """
-            SELECT count(*) FROM nodes n JOIN nodes_allocated a ON a.node_uid = n.uid
-              LEFT JOIN (SELECT node_name, sum(req_cpu_milli) cpu, count(*) pods FROM pods
-                          WHERE node_name IS NOT NULL GROUP BY node_name) p
-                ON p.node_name = n.name
-             WHERE a.cpu_milli <> coalesce(p.cpu, 0) OR a.pods <> coalesce(p.pods, 0)
-            """
-        ).fetchone()[0]
-        per_node = db.execute(
-            "SELECT min(c), max(c) FROM (SELECT n.name, count(p.uid) c FROM nodes n"
-            " LEFT JOIN pods p ON p.node_name = n.name GROUP BY n.name) s"
-        ).fetchone()
-        zones = dict(db.execute(
-            "SELECT n.zone, count(*) FROM pods p JOIN nodes n ON n.name = p.node_name"
-            " WHERE p.namespace = %s GROUP BY n.zone ORDER BY 1", (PROD_NS,)
-        ).fetchall())  # fmt: skip
-        affinity_violations = None
-        if args.profile == "affinity":
-            affinity_violations = db.execute(
-                """
-                SELECT count(*) FROM (
-                  SELECT node_name, coalesce(labels->>'group', labels->>'app') g, count(*) c
-                    FROM pods WHERE node_name IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1) s
-                """
-            ).fetchone()[0]
-        n_prod = sum(1 for r in firsts if r[0] == PROD_NS)
-        batch_first = min(batch_bound_at)
-        batch_last = max(batch_bound_at)
-        bound_in_drain = sum(1 for t in all_bound_at if t <= batch_last)
-
-        # 6. the raw bind rate, same server, same database, no scheduler running
-        t0 = time.monotonic()
-        raw_rows = []
-        for i in range(args.tasks):
-            labels, spec = batch_pod(i, "burst", args.group_size)
-            raw_rows.append((f"r{i}", labels, spec))
-            if len(raw_rows) == CHUNK:
-                copy_pods(db, RAW_NS, raw_rows)
-                raw_rows = []
-        if raw_rows:
-            copy_pods(db, RAW_NS, raw_rows)
-        wait_for("the raw pods in the revision log", lambda: db.execute(
-            "SELECT NOT EXISTS (SELECT 1 FROM pods p WHERE p.namespace = %s AND NOT EXISTS"
-            " (SELECT 1 FROM qm_revision_log l WHERE l.uid = p.uid"
-            " AND l.row_version = p.row_version))", (RAW_NS,)
-        ).fetchone()[0], 300, [rev])  # fmt: skip
-        db.execute("VACUUM (ANALYZE) pods, nodes_allocated")
-        pods = [
-            (str(r[0]), int(r[1]), int(r[2]), int(r[3]))
-            for r in db.execute(
-                "SELECT uid, row_version, req_cpu_milli, req_memory_bytes FROM pods"
-                " WHERE namespace = %s ORDER BY name", (RAW_NS,)
-            ).fetchall()
-        ]  # fmt: skip
-        # Round robin over the nodes, one pod per node per pass, only where it still fits.
-        room = [
-            [str(r[0]), r[1], int(r[2])]
-            for r in db.execute(
-                "SELECT n.uid, n.name, least(n.alloc_pods - a.pods,"
-                " (n.alloc_cpu_milli - a.cpu_milli) / 100,"
-                " (n.alloc_memory_bytes - a.memory_bytes) / (256 * 1048576))"
-                " FROM nodes n JOIN nodes_allocated a ON a.node_uid = n.uid ORDER BY n.name"
-            ).fetchall()
-        ]
-        nodes: list[tuple[str, str]] = []
-        while len(nodes) < len(pods) and any(r[2] > 0 for r in room):
-            for r in room:
-                if r[2] > 0 and len(nodes) < len(pods):
-                    nodes.append((r[0], r[1]))
-                    r[2] -= 1
-        pods = pods[: len(nodes)]
-        rev_cpu_raw0 = cpu_seconds(rev.pid)
-        pg_cpu_raw0 = postgres_cpu_seconds(stack.pg.pid if stack.pg else None)
-        raw = asyncio.run(raw_binds(url, pods, nodes))
-        raw["postgres_cpu_s"] = round(
-            postgres_cpu_seconds(stack.pg.pid if stack.pg else None) - pg_cpu_raw0, 2
-        )
-        raw["revisioner_cpu_s"] = round(cpu_seconds(rev.pid) - rev_cpu_raw0, 2)
-        raw["setup_s"] = round(time.monotonic() - t0 - raw["seconds"], 1)
+        binds = collect_binds(run.db, d.submit_at)
+        checks = check_placements(run.db, args.profile)
+        raw = raw_bind_rate(run)
         procs.stop(rev)
-
-        drain_s = batch_last  # submit -> the last batch pod's bind in the log
-        placement_window = last - first if last > first else float("nan")
-        result = {
-            "database": dbname,
-            "nodes_insert_s": round(nodes_insert_s, 2),
-            "nodes_streamed_s": round(nodes_streamed_s, 2),
-            "scheduler_ready_s": round(scheduler_ready_s, 2),
-            "submit_s": round(submit_s, 2),
-            "submit_pods_per_s": round(args.tasks / submit_s),
-            "batch_drain_s": round(drain_s, 2),
-            "batch_drain_wall_s": round(drained_wall_s, 2),
-            "first_bind_after_submit_s": round(first, 2),
-            "batch_first_bind_s": round(batch_first, 2),
-            "placements_per_s": round(len(all_bound_at) / placement_window, 1),
-            "placements_per_s_during_drain": round(bound_in_drain / (batch_last - first), 1)
-            if batch_last > first
-            else None,
-            "pods_bound": len(all_bound_at),
-            "prod_pods": n_prod,
-            "prod_created_to_bound_p50_ms": round(percentile(prod_bound, 50) * 1000, 1),
-            "prod_created_to_bound_p99_ms": round(percentile(prod_bound, 99) * 1000, 1),
-            "prod_created_to_bound_max_ms": round(max(prod_bound, default=float("nan")) * 1000, 1),
-            "prod_created_to_visible_p50_ms": round(percentile(prod_log, 50) * 1000, 1),
-            "prod_created_to_visible_p99_ms": round(percentile(prod_log, 99) * 1000, 1),
-            "stream_lag_after_bind_p50_ms": round(percentile(stream_lag, 50) * 1000, 1),
-            "stream_lag_after_bind_p99_ms": round(percentile(stream_lag, 99) * 1000, 1),
-            "prod_zone_counts": zones,
-            "scheduler_cpu_s": round(sched_cpu, 2),
-            "scheduler_cpu_per_1k_pods_s": round(sched_cpu / len(all_bound_at) * 1000, 3),
-            "scheduler_peak_rss_mib": round(sched_hwm, 1),
-            "scheduler_rss_mib_at_end": round(sched_rss, 1),
-            "revisioner_cpu_s": round(rev_cpu, 2),
-            "revisioner_peak_rss_mib": round(rev_hwm, 1),
-            "postgres_cpu_s": round(pg_cpu, 2),
-            "bind_conflicts": family(metrics, "scheduler_bind_conflicts_total"),
-            "schedule_attempts": family(metrics, "scheduler_schedule_attempts_total"),
-            "bind_batch_seconds_sum": metrics.get("scheduler_bind_batch_seconds_sum"),
-            "bind_batch_count": metrics.get("scheduler_bind_batch_seconds_count"),
-            "cycle_seconds_sum": metrics.get("scheduler_cycle_seconds_sum"),
-            "cycle_count": metrics.get("scheduler_cycle_seconds_count"),
-            "verify": {
-                "unbound": unbound,
-                "bind_transitions_per_pod": {str(k): v for k, v in sorted(bind_counts.items())},
-                "nodes_over_allocated": over,
-                "nodes_allocated_mismatch": alloc_mismatch,
-                "pods_per_node_min_max": list(per_node),
-                "affinity_violations": affinity_violations,
-            },
-            "bound_per_second": per_second,
-            "unbound_sampled": [[round(t - t_submit, 2), u] for t, u in series],
-            "raw_bind_many": raw,
-        }
-        result.update(after_submit(result["unbound_sampled"], submit_s))
-        if result["pods_per_s_after_submit"]:
-            result["ratio_after_submit_to_raw"] = round(
-                result["pods_per_s_after_submit"] / raw["binds_per_s"], 3
-            )
-        result["ratio_scheduler_to_raw"] = round(result["placements_per_s"] / raw["binds_per_s"], 3)
-        result["ok"] = (
-            unbound == 0
-            and over == 0
-            and set(bind_counts) == {1}
-            and alloc_mismatch == 0
-            and not affinity_violations
-        )
-        return result
+        return result_of(run, nodes, scheduler_ready_s, d, usage, metrics, binds, checks,
+                         raw, bg.series)  # fmt: skip
     finally:
-        prod_stop.set()
-        sampler_stop.set()
-        for t in threads:
-            t.join(timeout=10)
-        procs.stop_all()
-        db.close()
-        if not args.keep:
-            try:
-                drop_database(with_database(stack.url, "postgres"), dbname)
-            except Exception as exc:
-                print(f"dropping {dbname} failed: {exc}", file=sys.stderr)
+        tear_down(run, bg)
+
+
+def result_of(
+    run: Run,
+    nodes: dict[str, float],
+    scheduler_ready_s: float,
+    d: Drain,
+    usage: dict[str, float],
+    metrics: dict[str, float],
+    b: Binds,
+    checks: dict[str, Any],
+    raw: dict[str, Any],
+    series: list[tuple[float, int]],
+) -> dict[str, Any]:
+    """One run's result, in the format of earlier result files."""
+    args = run.args
+    batch_first = min(b.batch_bound_at)
+    batch_last = max(b.batch_bound_at)
+    first, last = b.first, b.last
+    bound_in_drain = sum(1 for t in b.all_bound_at if t <= batch_last)
+    drain_s = batch_last  # submit -> the last batch pod's bind in the log
+    placement_window = last - first if last > first else float("nan")
+    sched_cpu = usage["sched_cpu"]
+    result = {
+        "database": run.dbname,
+        "nodes_insert_s": round(nodes["nodes_insert_s"], 2),
+        "nodes_streamed_s": round(nodes["nodes_streamed_s"], 2),
+        "scheduler_ready_s": round(scheduler_ready_s, 2),
+        "submit_s": round(d.submit_s, 2),
+        "submit_pods_per_s": round(args.tasks / d.submit_s),
+        "batch_drain_s": round(drain_s, 2),
+        "batch_drain_wall_s": round(d.drained_wall_s, 2),
+        "first_bind_after_submit_s": round(first, 2),
+        "batch_first_bind_s": round(batch_first, 2),
+        "placements_per_s": round(len(b.all_bound_at) / placement_window, 1),
+        "placements_per_s_during_drain": round(bound_in_drain / (batch_last - first), 1)
+        if batch_last > first
+        else None,
+        "pods_bound": len(b.all_bound_at),
+        "prod_pods": b.n_prod,
+        "prod_created_to_bound_p50_ms": round(percentile(b.prod_bound, 50) * 1000, 1),
+        "prod_created_to_bound_p99_ms": round(percentile(b.prod_bound, 99) * 1000, 1),
+        "prod_created_to_bound_max_ms": round(max(b.prod_bound, default=float("nan")) * 1000, 1),
+        "prod_created_to_visible_p50_ms": round(percentile(b.prod_log, 50) * 1000, 1),
+        "prod_created_to_visible_p99_ms": round(percentile(b.prod_log, 99) * 1000, 1),
+        "stream_lag_after_bind_p50_ms": round(percentile(b.stream_lag, 50) * 1000, 1),
+        "stream_lag_after_bind_p99_ms": round(percentile(b.stream_lag, 99) * 1000, 1),
+        "prod_zone_counts": checks["zones"],
+        "scheduler_cpu_s": round(sched_cpu, 2),
+        "scheduler_cpu_per_1k_pods_s": round(sched_cpu / len(b.all_bound_at) * 1000, 3),
+        "scheduler_peak_rss_mib": round(usage["sched_hwm"], 1),
+        "scheduler_rss_mib_at_end": round(usage["sched_rss"], 1),
+        "revisioner_cpu_s": round(usage["rev_cpu"], 2),
+        "revisioner_peak_rss_mib": round(usage["rev_hwm"], 1),
+        "postgres_cpu_s": round(usage["pg_cpu"], 2),
+        "bind_conflicts": family(metrics, "scheduler_bind_conflicts_total"),
+        "schedule_attempts": family(metrics, "scheduler_schedule_attempts_total"),
+        "bind_batch_seconds_sum": metrics.get("scheduler_bind_batch_seconds_sum"),
+        "bind_batch_count": metrics.get("scheduler_bind_batch_seconds_count"),
+        "cycle_seconds_sum": metrics.get("scheduler_cycle_seconds_sum"),
+        "cycle_count": metrics.get("scheduler_cycle_seconds_count"),
+        "verify": {
+            "unbound": b.unbound,
+            "bind_transitions_per_pod": {str(k): v for k, v in sorted(b.bind_counts.items())},
+            "nodes_over_allocated": checks["over"],
+            "nodes_allocated_mismatch": checks["alloc_mismatch"],
+            "pods_per_node_min_max": list(checks["per_node"]),
+            "affinity_violations": checks["affinity_violations"],
+        },
+        "bound_per_second": b.per_second(),
+        "unbound_sampled": [[round(t - d.t_submit, 2), u] for t, u in series],
+        "raw_bind_many": raw,
+    }
+    result.update(after_submit(result["unbound_sampled"], d.submit_s))
+    if result["pods_per_s_after_submit"]:
+        result["ratio_after_submit_to_raw"] = round(
+            result["pods_per_s_after_submit"] / raw["binds_per_s"], 3
+        )
+    result["ratio_scheduler_to_raw"] = round(result["placements_per_s"] / raw["binds_per_s"], 3)
+    result["ok"] = (
+        b.unbound == 0
+        and checks["over"] == 0
+        and set(b.bind_counts) == {1}
+        and checks["alloc_mismatch"] == 0
+        and not checks["affinity_violations"]
+    )
+    return result
 
 
 def after_submit(samples: list[list[float]], submit_s: float) -> dict[str, Any]:

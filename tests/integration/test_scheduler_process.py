@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import httpx
 import psycopg
 import pytest
 
+from app.core.scheduling.engine import cycle_seed
 from app.devstack.supervise import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +86,11 @@ class Cluster:
                 rows,
             )
 
-    def start_scheduler(self, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    def start_scheduler(
+        self, *args: str, log: Path | None = None
+    ) -> tuple[subprocess.Popen[bytes], int]:
         port = free_port()
+        out = open(log, "wb") if log is not None else None  # noqa: SIM115 - the child's
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.scheduler", "--metrics-port", str(port), *args],
             cwd=ROOT,
@@ -95,7 +100,10 @@ class Cluster:
                 "QM_STREAM_DATABASE_URL": self.url,
                 "QM_LOG_LEVEL": "info",
             },
+            stderr=out,
         )
+        if out is not None:
+            out.close()
         self.procs.append(proc)
         return proc, port
 
@@ -167,6 +175,16 @@ def metrics(port: int) -> str:
         return ""
 
 
+def samples(text: str, name: str) -> dict[str, float]:
+    """The values of one single-label metric family, by label value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('"')[1]] = float(value)
+    return out
+
+
 def test_pending_pods_are_bound_spread_and_counted(cluster: Cluster) -> None:
     for i in range(6):
         cluster.node(f"node-{i}", f"zone-{i % 3}")
@@ -192,7 +210,7 @@ def test_a_pod_that_fits_nowhere_says_why(cluster: Cluster) -> None:
     cluster.node("small-1", "zone-1", cpu="2")
     cluster.node("gpu-0", "zone-2", cpu="2", spec={"taints": [
         {"key": "gpu", "value": "true", "effect": "NoSchedule"}]})  # fmt: skip
-    cluster.start_scheduler()
+    _proc, port = cluster.start_scheduler()
     cluster.pods(["huge"], cpu="3")
     expected = "0/3 nodes available: 3 insufficient cpu, 1 untolerated taint gpu=true:NoSchedule"
 
@@ -215,9 +233,41 @@ def test_a_pod_that_fits_nowhere_says_why(cluster: Cluster) -> None:
 
     cluster.wait(lambda: event() is not None, what="a FailedScheduling event")
     assert event()[0]["message"] == expected
+    # every failed attempt counted once under each of its two reasons, and under no other
+    text = metrics(port)
+    counts = samples(text, "scheduler_unschedulable_total")
+    attempts = samples(text, "scheduler_schedule_attempts_total").get("unschedulable", 0)
+    assert attempts >= 1
+    assert counts["insufficient_cpu"] == counts["untolerated_taint"] == attempts
+    assert {k for k, v in counts.items() if v} == {"insufficient_cpu", "untolerated_taint"}
+    assert counts["node_selector"] == 0  # every reason is a series, at 0 until it happens
     # a node that could help arrives: the pod is retried and placed
     cluster.node("big-0", "zone-0", cpu="8")
     cluster.wait(lambda: cluster.bound().get("huge") == "big-0", what="huge bound to big-0")
+
+
+def test_each_deciding_cycle_logs_the_seed_that_replays_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The base seed is logged at info; each deciding cycle logs its number, its seed (derived
+    from the base and the number) and the revision its snapshot had reached."""
+    cluster.node("node-0", "zone-0")
+    log = tmp_path / "scheduler.log"
+    cluster.start_scheduler("--seed", "42", "--log-level", "debug", log=log)
+    cluster.pods(["web-0"], cpu="100m", priority=2000)
+    cluster.wait(lambda: "web-0" in cluster.bound(), what="web-0 bound")
+    pattern = re.compile(r"cycle (\d+) seed (\d+) at revision (\d+): (\d+) placed")
+
+    def cycles() -> list[tuple[int, int, int, int]]:
+        found = (pattern.search(line) for line in log.read_text().splitlines())
+        return [(int(m[1]), int(m[2]), int(m[3]), int(m[4])) for m in found if m]
+
+    cluster.wait(lambda: any(placed for *_, placed in cycles()), what="a logged cycle")
+    text = log.read_text()
+    assert "random base seed 42" in text
+    for number, seed, revision, _placed in cycles():
+        assert seed == cycle_seed(42, number)
+        assert revision > 0
 
 
 def test_production_preempts_batch_and_the_node_is_held_for_it(cluster: Cluster) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.core.scheduling.filters import FilterCache, explain, feasible
+from app.core.scheduling.explain import explain, verdicts
+from app.core.scheduling.filters import FILTERS, Filter, FilterCache, feasible
 from app.core.scheduling.podinfo import HOSTNAME_KEY, ZONE_KEY, pod_info
 from app.core.scheduling.snapshot import Snapshot, node_info
 
@@ -130,7 +131,7 @@ def message(nodes: Sequence[Obj], candidate: Obj, placed: Sequence[Obj] = ()) ->
     snap = snapshot(nodes, placed)
     info = pod_info(candidate, 1)
     snap.upsert_pod(info)
-    return explain(snap, info, FilterCache())
+    return explain(snap, info, FilterCache()).message
 
 
 def taint(key: str, effect: str, value: str | None = None) -> Obj:
@@ -851,7 +852,7 @@ def test_explain_ignores_removed_nodes() -> None:
     snap = snapshot([node("a", cpu="1"), node("b", cpu="1"), node("c", unschedulable=True)])
     snap.remove_node("c")
     info = pod_info(pod("p", cpu="2"), 1)
-    assert explain(snap, info, FilterCache()) == "0/2 nodes available: 2 insufficient cpu"
+    assert explain(snap, info, FilterCache()).message == "0/2 nodes available: 2 insufficient cpu"
 
 
 def test_explain_batch_reports_batch_allocatable() -> None:
@@ -860,3 +861,86 @@ def test_explain_batch_reports_batch_allocatable() -> None:
         "0/1 nodes available: 1 insufficient cpu"
     )
     assert message(nodes, pod("p", cpu="2", priority=1000)) == "1/1 nodes available"
+
+
+# -- the named list: each filter turns away exactly what its reasons say ---------------------
+# filter name -> (nodes, placed pods, candidate, {reason code: nodes it turns away})
+REJECTS: dict[str, tuple[list[Obj], list[Obj], Obj, dict[str, set[str]]]] = {
+    "node_state": (
+        [node("ok"), node("c", unschedulable=True), node("nr", ready=False),
+         node("both", unschedulable=True, ready=False)],
+        [], pod("p"), {"cordoned": {"c", "both"}, "not_ready": {"nr"}},
+    ),
+    "node_selector": (
+        [node("ok", labels={MACHINE_CLASS: "c7"}), node("m5", labels={MACHINE_CLASS: "m5"}),
+         node("unlabelled")],
+        [], pod("p", nodeSelector={MACHINE_CLASS: "c7"}), {"node_selector": {"m5", "unlabelled"}},
+    ),
+    "taints": (
+        [node("ok"), node("g", taints=[GPU_TAINT]),
+         node("soft", taints=[taint("slow", "PreferNoSchedule")]),
+         node("tolerated", taints=[taint("spot", "NoExecute")])],
+        [], pod("p", tolerations=[tol("spot", "Exists")]), {"untolerated_taint": {"g"}},
+    ),
+    "resources": (
+        [node("ok", gpu=1), node("cpu", cpu="1", gpu=1), node("mem", memory="1Gi", gpu=1),
+         node("no-gpu"), node("full", pods=1, gpu=1)],
+        [pod("q", node_name="full")], pod("p", cpu="2", memory="2Gi", gpu=1),
+        {"insufficient_cpu": {"cpu"}, "insufficient_memory": {"mem"},
+         "insufficient_gpu": {"no-gpu"}, "too_many_pods": {"full"}},
+    ),
+    "host_ports": (
+        [node("a"), node("b")], [pod("q", node_name="a", host_ports=[80])],
+        pod("p", host_ports=[80]), {"host_port": {"a"}},
+    ),
+    "pod_affinity": (
+        [node("a"), node("b")], [pod("db", labels={"app": "db"}, node_name="a")],
+        pod("p", affinity=affinity(pod_term({"app": "db"}))), {"pod_affinity": {"b"}},
+    ),
+    "pod_anti_affinity": (
+        [node("a"), node("b")], [pod("db", labels={"app": "db"}, node_name="a")],
+        pod("p", affinity=anti(pod_term({"app": "db"}))), {"pod_anti_affinity": {"a"}},
+    ),
+    "topology_spread": (
+        [node("a", zone="a"), node("b", zone="b"), node("keyless")],
+        [web("w1", "a"), web("w2", "a")],
+        pod("p", labels={"app": "web"}, topologySpreadConstraints=[spread(1, {"app": "web"})]),
+        {"topology_spread": {"a", "keyless"}},
+    ),
+}  # fmt: skip
+
+
+def test_every_filter_has_a_case_and_reason_codes_are_unique() -> None:
+    assert set(REJECTS) == {f.name for f in FILTERS}
+    codes = [r.code for f in FILTERS for r in f.reasons]
+    texts = [r.text for f in FILTERS for r in f.reasons]
+    assert len(set(codes)) == len(codes)
+    assert len(set(texts)) == len(texts)
+
+
+@pytest.mark.parametrize("f", FILTERS, ids=lambda f: f.name)
+def test_each_filter_turns_away_exactly_what_its_reasons_say(f: Filter) -> None:
+    nodes, placed, candidate, expected = REJECTS[f.name]
+    assert set(expected) <= {r.code for r in f.reasons}
+    snap = snapshot(nodes, placed)
+    info = pod_info(candidate, 1)
+    snap.upsert_pod(info)
+    cache = FilterCache()
+    turned: dict[str, set[str]] = {}
+    for g, reason, passed in verdicts(snap, info, cache):
+        names = {snap.node(int(s)).name for s in np.flatnonzero(snap.live & ~passed)}
+        if g is f:
+            assert reason in f.reasons
+            if names:
+                turned[reason.code] = names
+        else:
+            assert not names, f"{g.name} also turned away {names}"
+    assert turned == expected
+    rejected = set().union(*expected.values())
+    assert (
+        feasible_names(nodes, candidate, placed)
+        == {n["metadata"]["name"] for n in nodes} - rejected
+    )
+    why = explain(snap, info, cache)
+    assert why.codes == tuple(r.code for r in f.reasons if r.code in expected)
+    assert why.available == len(nodes) - len(rejected)

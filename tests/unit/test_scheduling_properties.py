@@ -34,6 +34,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from app.core.scheduling.engine import Engine, Failure, Placement
+from app.core.scheduling.explain import explain, verdicts
+from app.core.scheduling.filters import FilterCache, feasible
 from app.core.scheduling.podinfo import HOSTNAME_KEY, ZONE_KEY, pod_info
 from app.core.scheduling.snapshot import NO_POD_LIMIT, node_info
 
@@ -436,6 +438,9 @@ class Cluster:
             assert all(q.port != p.port for q in others), f"host port conflict on {n.name}"
 
     def check_failure(self, f: Failure) -> None:
+        # the explanation agrees with the decision: no node could take the pod
+        assert f.message.startswith("0/"), f"{f.pod.uid} failed with {f.message!r}"
+        assert bool(f.reasons) == (":" in f.message)
         plan = f.preemption
         if plan is None:
             return
@@ -676,6 +681,66 @@ def test_one_big_cycle(
     c.cycle(0.0, 1000, [True, False])
     c.check_snapshot()
     c.settle()
+
+
+def first_untolerated(n: MNode, p: MPod) -> str | None:
+    """The model's word for the first hard taint of ``n`` that ``p`` does not tolerate."""
+    for t in n.taints:
+        if t[2] in ("NoSchedule", "NoExecute") and not any(tolerated(x, t) for x in p.tolerations):
+            return (
+                f"untolerated taint {t[0]}={t[1]}:{t[2]}"
+                if t[1]
+                else f"untolerated taint {t[0]}:{t[2]}"
+            )
+    return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    nodes=st.lists(nodes_st, min_size=1, max_size=8),
+    placed=st.lists(pods_st, max_size=30),
+    candidate=pods_st,
+)
+def test_explain_and_feasible_agree(
+    seed: int, nodes: list[dict[str, Any]], placed: list[dict[str, Any]], candidate: dict[str, Any]
+) -> None:
+    """Over random clusters (pods placed by the engine, some of them nominated after a
+    preemption), for a new pod: the nodes feasible() returns, through the engine's warm cache,
+    are exactly the live nodes that no verdict of any filter turns away, computed afresh;
+    explain() says as many are available, reports a reason code exactly when it counts a
+    node under it, and counts cordoned, not-ready and untainted nodes as the model does."""
+    c = Cluster(seed)
+    for attrs in nodes:
+        c.add_node(attrs, reuse=False)
+    for attrs in placed:
+        c.add_pod(attrs)
+    c.cycle(0.0, 1000, [True, False])
+    c.add_pod(candidate)
+    p = c.pods[f"p{c.counter - 1}"]
+    snap = c.engine.snapshot
+    info = snap.pods[p.uid]
+    passes_all = snap.live.copy()
+    for _f, _reason, passed in verdicts(snap, info, FilterCache()):
+        passes_all &= passed
+    assert np.array_equal(feasible(snap, info, c.engine.cache) & snap.live, passes_all)
+    why = explain(snap, info, c.engine.cache)
+    assert (why.available, why.total) == (int(passes_all.sum()), len(c.nodes))
+    counts = dict(why.counts)
+    assert counts.get("node(s) cordoned", 0) == sum(n.cordoned for n in c.nodes.values())
+    assert counts.get("node(s) not ready", 0) == sum(
+        not n.ready and not n.cordoned for n in c.nodes.values()
+    )
+    expected_taints: dict[str, int] = {}
+    for n in c.nodes.values():
+        word = first_untolerated(n, p)
+        if word is not None:
+            expected_taints[word] = expected_taints.get(word, 0) + 1
+    assert {k: v for k, v in counts.items() if k.startswith("untolerated")} == expected_taints
+    by_code = {"cordoned": "node(s) cordoned", "insufficient_cpu": "insufficient cpu"}
+    for code, text in by_code.items():
+        assert (code in why.codes) == (text in counts)
+    assert bool(why.codes) == bool(why.counts)
 
 
 usable_nodes_st = nodes_st.map(lambda n: {**n, "cordoned": False, "ready": True, "taints": ()})

@@ -4,11 +4,14 @@ It owns the snapshot and the queue, takes changes from the revision stream, and 
 batch of decisions per cycle: placements to bind, and pods that fit nowhere (with the
 explanation and, where allowed, a preemption). It does no I/O; the process shell commits the
 placements and reports back which ones won (:meth:`Engine.bound`) and which lost
-(:meth:`Engine.lost`). Time and randomness come in from outside.
+(:meth:`Engine.lost`). Time and randomness come in from outside: each cycle's random choices
+(the offset of the sampled nodes, preemption's first candidate) come from a ``Random`` built
+from that cycle's seed, so the same snapshot, queue and seed decide the same placements.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,7 +19,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from app.core.priority import PRODUCTION_THRESHOLD
-from app.core.scheduling.filters import BOOL, FilterCache, explain, feasible, fits_slot
+from app.core.scheduling.explain import Explanation, explain
+from app.core.scheduling.filters import BOOL, FilterCache, feasible
+from app.core.scheduling.masks import fits_slot
 from app.core.scheduling.podinfo import PodInfo, Requirements
 from app.core.scheduling.preemption import Preemption, preempt
 from app.core.scheduling.queue import SchedulingQueue
@@ -36,6 +41,13 @@ def nodes_to_score(total: int, percentage: int | None = None, minimum: int = 100
     return max(minimum, total * pct // 100)
 
 
+def cycle_seed(base: int, number: int) -> int:
+    """The seed of cycle ``number`` of a scheduler whose base seed is ``base`` (64 bits), so
+    that the base seed and a cycle's number are enough to replay that cycle."""
+    digest = hashlib.blake2b(f"{base}:{number}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
 @dataclass(frozen=True)
 class Placement:
     pod: PodInfo
@@ -46,9 +58,13 @@ class Placement:
 
 @dataclass(frozen=True)
 class Failure:
+    """A pod no node could take: its message, the codes of the reasons that turned nodes
+    away (``Reason.code``, in filter order), and a preemption where one was chosen."""
+
     pod: PodInfo
     message: str
     preemption: Preemption | None = None
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass
@@ -71,15 +87,18 @@ class _ClassMemo:
 
 class Engine:
     def __init__(self, config: Config | None = None, rng: random.Random | None = None) -> None:
+        """``rng`` draws the seed of each cycle not given one (see :meth:`cycle`)."""
         self.config = config or Config()
-        self.rng = rng or random.Random()
+        self._seeds = rng or random.Random()
+        self.seed = self._seeds.getrandbits(64)  # the seed of the current (or last) cycle
+        self.rng = random.Random(self.seed)
         self.snapshot = Snapshot()
         self.queue = SchedulingQueue()
         self.cache = FilterCache()
         self._memo: _ClassMemo | None = None
-        # requirements -> (room epoch, static epoch, message): a class that fit nowhere keeps
-        # failing without filter work until room appears somewhere
-        self._failed: dict[Requirements, tuple[int, int, str]] = {}
+        # requirements -> (room epoch, static epoch, explanation): a class that fit nowhere
+        # keeps failing without filter work until room appears somewhere
+        self._failed: dict[Requirements, tuple[int, int, Explanation]] = {}
         # Set by changes that could make room; the unschedulable set is moved once per cycle,
         # not once per change (a burst of pod completions would otherwise rescan it each time).
         self._room_appeared = False
@@ -120,10 +139,18 @@ class Engine:
 
     # -- one cycle ---------------------------------------------------------------------------
     def cycle(
-        self, now: float, max_pods: int, time_left: Callable[[], bool] | None = None
+        self,
+        now: float,
+        max_pods: int,
+        time_left: Callable[[], bool] | None = None,
+        seed: int | None = None,
     ) -> tuple[list[Placement], list[Failure]]:
         """Decide up to ``max_pods`` pods from the front of the queue, stopping early once
-        ``time_left()`` says the cycle's time is up (checked every 16 pods)."""
+        ``time_left()`` says the cycle's time is up (checked every 16 pods). The cycle's
+        random choices are seeded with ``seed`` (None: one drawn from the engine's ``rng``),
+        kept in ``self.seed``."""
+        self.seed = self._seeds.getrandbits(64) if seed is None else seed
+        self.rng = random.Random(self.seed)
         if self._room_appeared:
             self._room_appeared = False
             self.queue.cluster_changed(now)
@@ -149,7 +176,7 @@ class Engine:
                 self._deciding[pod.uid] = placement
                 placements.append(placement)
                 continue
-            message = self._explain(pod)
+            why = self._explain(pod)
             plan = None
             if preemptions < self.config.max_preemptions_per_cycle:
                 plan = preempt(self.snapshot, pod, self.cache, self.rng)
@@ -159,7 +186,7 @@ class Engine:
                     for v in plan.victims:
                         v.deleting = True  # not chosen again before the stream says so
             self.queue.failed(pod, now)
-            failures.append(Failure(pod, message, plan))
+            failures.append(Failure(pod, why.message, plan, why.codes))
         return placements, failures
 
     def place(self, pod: PodInfo) -> int | None:
@@ -214,16 +241,16 @@ class Engine:
             memo.mask[slot] = fits_slot(self.snapshot, pod, slot)
             memo.version = self.snapshot.version
 
-    def _explain(self, pod: PodInfo) -> str:
+    def _explain(self, pod: PodInfo) -> Explanation:
         snap = self.snapshot
         failed = self._failed.get(pod.req)
         if failed is not None and failed[:2] == (snap.room_epoch, snap.static_epoch):
             return failed[2]
-        message = explain(snap, pod, self.cache)
+        why = explain(snap, pod, self.cache)
         if len(self._failed) > 10_000:
             self._failed.clear()
-        self._failed[pod.req] = (snap.room_epoch, snap.static_epoch, message)
-        return message
+        self._failed[pod.req] = (snap.room_epoch, snap.static_epoch, why)
+        return why
 
     # -- outcomes of the commit --------------------------------------------------------------
     def bound(self, p: Placement, row_version: int | None = None) -> None:

@@ -1,418 +1,273 @@
-"""Filters: which nodes may take a pod, as boolean masks over the snapshot's slots.
+"""Filters: the named list of checks that decide which nodes may take a pod.
 
-Each filter returns a mask of the nodes that pass. :func:`feasible` combines them on the fast
-path; :func:`explain` runs every filter over every node and counts the nodes each one turned
-away, which is what a pending pod's ``PodScheduled=False`` message reports.
+``FILTERS`` is the one list. :func:`feasible` (the fast path, run once per pod or per run of
+pods with equal requirements) and :func:`app.core.scheduling.explain.explain` (the message of
+a pod no node can take) both iterate it, so a filter added here is both enforced and reported.
+Each filter is vectorised over the snapshot's slots (its checks are in ``masks.py``), its
+docstring states its contract, and its reason constants stand beside it. A filter's ``check``
+returns one verdict per reason: the reason and the mask of the nodes that pass it; a node
+passes the filter when it passes every verdict.
 
-Filters whose answer depends only on node labels and taints (node selector, required node
-affinity, tolerations) are cached per requirement set and static epoch: the 100,000 tasks of
-one job compute them once.
+Filters whose answer depends only on node labels and taints and on the pod's node selector,
+node affinity and tolerations are *static*: their verdicts are cached per key and static
+epoch (the taint filter by tolerations alone, say), and their combined mask per requirement
+set, so the 100,000 tasks of one job compute them once.
+
+The list's order is the order docs/architecture.md gives; the message sorts its reasons by
+count, so the order matters only for ties in ``codes`` and for the fast path's cost.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core.scheduling.podinfo import NodeTerm, PodInfo, PodTerm, Requirements
-from app.core.scheduling.snapshot import BOOL, I64, Snapshot, Taint
+from app.core.scheduling.masks import (
+    affinity_mask,
+    anti_affinity_mask,
+    node_selector_mask,
+    port_mask,
+    resource_masks,
+    spread_mask,
+    taint_mask,
+    untolerated,
+)
+from app.core.scheduling.podinfo import PodInfo, Requirements
+from app.core.scheduling.snapshot import BOOL, Snapshot
 
-HARD_EFFECTS = ("NoSchedule", "NoExecute")
+__all__ = ["BOOL", "FILTERS", "Context", "Filter", "FilterCache", "Reason", "feasible"]
 
-# Reasons, as they appear in "0/N nodes available: ..." messages.
-R_CORDONED = "node(s) cordoned"
-R_NOT_READY = "node(s) not ready"
-R_CPU = "insufficient cpu"
-R_MEMORY = "insufficient memory"
-R_GPU = "insufficient nvidia.com/gpu"
-R_PODS = "too many pods"
-R_SELECTOR = "didn't match node selector/affinity"
-R_PORTS = "host port conflict"
-R_AFFINITY = "didn't match pod affinity rules"
-R_ANTI = "didn't match pod anti-affinity rules"
-R_SPREAD = "didn't match topology spread constraints"
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a filter turned a node away. ``text`` is how ``0/N nodes available: ...`` messages
+    say it; ``code`` is the ``reason`` label of ``scheduler_unschedulable_total``, a constant
+    (a message may name the taint; the label never does, so its values stay few)."""
+
+    code: str
+    text: str
+
+
+Verdicts = tuple[tuple[Reason, BOOL], ...]
+
+
+@dataclass(slots=True)
+class Context:
+    """What a filter sees: the snapshot, the pod, and the cache of static verdicts."""
+
+    snap: Snapshot
+    pod: PodInfo
+    cache: FilterCache
+    _eligible: BOOL | None = None
+
+    @property
+    def req(self) -> Requirements:
+        return self.pod.req
+
+    def eligible(self) -> BOOL:
+        """Live nodes that pass the static filters: topology spread counts pods only there,
+        as Kubernetes does."""
+        if self._eligible is None:
+            self._eligible = self.cache.static_mask(self.snap, self.pod) & self.snap.live
+        return self._eligible
+
+
+def _always(ctx: Context) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One named filter.
+
+    ``check`` gives a verdict per reason; ``applies`` says cheaply whether the filter can
+    turn anything away for this pod (when it cannot, both paths skip it). A filter with a
+    ``static_key`` is static: its verdicts depend only on that key of the requirements and
+    on node labels and taints. ``detail``, where set, words the reason for one rejected node
+    (the taint filter names the taint)."""
+
+    name: str
+    reasons: tuple[Reason, ...]
+    check: Callable[[Context], Verdicts]
+    applies: Callable[[Context], bool] = _always
+    static_key: Callable[[Requirements], Hashable] | None = None
+    detail: Callable[[Context, int], str] | None = None
+
+
+# -- node state ----------------------------------------------------------------------------
+R_CORDONED = Reason("cordoned", "node(s) cordoned")
+R_NOT_READY = Reason("not_ready", "node(s) not ready")
+
+
+def node_state(ctx: Context) -> Verdicts:
+    """Rejects cordoned nodes (``spec.unschedulable``), and nodes not Ready or without cpu or
+    memory allocatable. A node both cordoned and not ready is reported as cordoned only."""
+    snap = ctx.snap
+    return (R_CORDONED, ~snap.cordoned), (R_NOT_READY, snap.ready | snap.cordoned)
+
+
+# -- node selector and required node affinity -----------------------------------------------
+R_SELECTOR = Reason("node_selector", "didn't match node selector/affinity")
+
+
+def node_selector(ctx: Context) -> Verdicts:
+    """Rejects nodes whose labels miss a ``nodeSelector`` pair (the machine class is one) or
+    match none of the required node affinity terms."""
+    return ((R_SELECTOR, node_selector_mask(ctx.snap, ctx.req)),)
+
+
+# -- taints --------------------------------------------------------------------------------
+R_TAINT = Reason("untolerated_taint", "untolerated taint")
+
+
+def taints(ctx: Context) -> Verdicts:
+    """Rejects nodes with a NoSchedule or NoExecute taint the pod does not tolerate
+    (PreferNoSchedule only lowers the score). Reported per taint, the first one of each node:
+    ``untolerated taint gpu=true:NoSchedule``."""
+    return ((R_TAINT, taint_mask(ctx.snap, ctx.req)),)
+
+
+def _taint_detail(ctx: Context, slot: int) -> str:
+    return f"{R_TAINT.text} {untolerated(ctx.req, ctx.snap.node(slot).taints)}"
+
+
+# -- resources -----------------------------------------------------------------------------
+R_CPU = Reason("insufficient_cpu", "insufficient cpu")
+R_MEMORY = Reason("insufficient_memory", "insufficient memory")
+R_GPU = Reason("insufficient_gpu", "insufficient nvidia.com/gpu")
+R_PODS = Reason("too_many_pods", "too many pods")
+
+
+def resources(ctx: Context) -> Verdicts:
+    """Rejects nodes without room for the pod's cpu, memory or GPUs, or for one more pod:
+    production pods against allocatable, batch pods against batch-allocatable, less the pods
+    holding room and the room held for nominated pods other than this one (``masks.py``).
+    A node already over its limit turns away even a pod that requests none of it, as the
+    bind's capacity check would."""
+    cpu, mem, gpu, pods = resource_masks(ctx.snap, ctx.pod)
+    return (R_CPU, cpu), (R_MEMORY, mem), (R_GPU, gpu), (R_PODS, pods)
+
+
+# -- host ports ----------------------------------------------------------------------------
+R_PORTS = Reason("host_port", "host port conflict")
+
+
+def host_ports(ctx: Context) -> Verdicts:
+    """Rejects nodes where a pod holding room already uses one of the pod's host ports
+    (protocol and port)."""
+    return ((R_PORTS, port_mask(ctx.snap, ctx.req)),)
+
+
+# -- pod affinity, anti-affinity, topology spread -------------------------------------------
+R_AFFINITY = Reason("pod_affinity", "didn't match pod affinity rules")
+R_ANTI = Reason("pod_anti_affinity", "didn't match pod anti-affinity rules")
+R_SPREAD = Reason("topology_spread", "didn't match topology spread constraints")
+
+
+def pod_affinity(ctx: Context) -> Verdicts:
+    """Rejects nodes outside the topology domains holding pods that a required affinity term
+    selects, for each term; the first pod of a group whose term selects itself may go to any
+    node that has the term's topology key."""
+    return ((R_AFFINITY, affinity_mask(ctx.snap, ctx.pod)),)
+
+
+def pod_anti_affinity(ctx: Context) -> Verdicts:
+    """Rejects nodes in a topology domain holding a pod that the pod's required anti-affinity
+    selects, or a pod whose own required anti-affinity selects this pod."""
+    return ((R_ANTI, anti_affinity_mask(ctx.snap, ctx.pod)),)
+
+
+def topology_spread(ctx: Context) -> Verdicts:
+    """Rejects nodes without a DoNotSchedule constraint's topology key, and nodes whose domain
+    would then hold more than ``maxSkew`` matching pods above the emptiest eligible domain
+    (matching pods counted on eligible nodes only)."""
+    return ((R_SPREAD, spread_mask(ctx.snap, ctx.pod, ctx.eligible())),)
+
+
+def _has_anti(ctx: Context) -> bool:
+    snap = ctx.snap
+    return bool(ctx.req.anti_affinity or snap.anti_by_label or snap.anti_unindexed)
+
+
+FILTERS: tuple[Filter, ...] = (
+    Filter("node_state", (R_CORDONED, R_NOT_READY), node_state),
+    Filter(
+        "node_selector",
+        (R_SELECTOR,),
+        node_selector,
+        static_key=lambda r: (r.node_selector, r.required_node_terms),
+    ),
+    Filter("taints", (R_TAINT,), taints, static_key=lambda r: r.tolerations, detail=_taint_detail),
+    Filter("resources", (R_CPU, R_MEMORY, R_GPU, R_PODS), resources),
+    Filter("host_ports", (R_PORTS,), host_ports, applies=lambda ctx: bool(ctx.req.host_ports)),
+    Filter("pod_affinity", (R_AFFINITY,), pod_affinity, applies=lambda ctx: bool(ctx.req.affinity)),
+    Filter("pod_anti_affinity", (R_ANTI,), pod_anti_affinity, applies=_has_anti),
+    Filter(
+        "topology_spread",
+        (R_SPREAD,),
+        topology_spread,
+        applies=lambda ctx: any(c.hard for c in ctx.req.spread),
+    ),
+)
+_STATIC = tuple(f for f in FILTERS if f.static_key is not None)
+_DYNAMIC = tuple(f for f in FILTERS if f.static_key is None)
 
 
 @dataclass
 class FilterCache:
-    """Masks that depend only on node labels and taints, cached per static epoch: by node
-    selector and affinity, by tolerations, and by whole requirement set."""
+    """The static filters' verdicts, cached per static epoch: per filter and key, and their
+    combined mask per requirement set."""
 
     epoch: int = -1
     cap: int = 0
     static: dict[Requirements, BOOL] = field(default_factory=dict)
-    selectors: dict[tuple[object, ...], BOOL] = field(default_factory=dict)
-    tolerations: dict[tuple[object, ...], BOOL] = field(default_factory=dict)
+    verdicts: dict[tuple[str, Hashable], Verdicts] = field(default_factory=dict)
 
-    def static_mask(self, snap: Snapshot, req: Requirements) -> BOOL:
-        if self.epoch != snap.static_epoch or self.cap != snap.cap:
+    def _current(self, snap: Snapshot) -> None:
+        if self.epoch != snap.static_epoch or self.cap != snap.cap or len(self.static) > 4096:
             self.static.clear()
-            self.selectors.clear()
-            self.tolerations.clear()
+            self.verdicts.clear()
             self.epoch = snap.static_epoch
             self.cap = snap.cap
-        mask = self.static.get(req)
+
+    def verdicts_of(self, f: Filter, ctx: Context) -> Verdicts:
+        """``f``'s verdicts for the context's pod, from the cache when ``f`` is static."""
+        if f.static_key is None:
+            return f.check(ctx)
+        self._current(ctx.snap)
+        key = (f.name, f.static_key(ctx.req))
+        found = self.verdicts.get(key)
+        if found is None:
+            found = self.verdicts[key] = f.check(ctx)
+        return found
+
+    def static_mask(self, snap: Snapshot, pod: PodInfo) -> BOOL:
+        """The nodes passing every static filter (shared: callers must not change it)."""
+        self._current(snap)
+        mask = self.static.get(pod.req)
         if mask is None:
-            sel_key = (req.node_selector, req.required_node_terms)
-            sel = self.selectors.get(sel_key)
-            if sel is None:
-                sel = self.selectors[sel_key] = node_selector_mask(snap, req)
-            tol = self.tolerations.get(req.tolerations)
-            if tol is None:
-                tol = self.tolerations[req.tolerations] = taint_mask(snap, req)
-            mask = sel & tol
-            if len(self.static) > 4096:
-                self.static.clear()
-                self.selectors.clear()
-                self.tolerations.clear()
-            self.static[req] = mask
+            ctx = Context(snap, pod, self)
+            mask = np.ones(snap.cap, dtype=np.bool_)
+            for f in _STATIC:
+                for _reason, passed in self.verdicts_of(f, ctx):
+                    mask &= passed
+            self.static[pod.req] = mask
         return mask
 
 
-# -- node labels ---------------------------------------------------------------------------
-def _requirement_mask(snap: Snapshot, key: str, op: str, values: tuple[str, ...]) -> BOOL:
-    if op == "In":
-        mask = np.zeros(snap.cap, dtype=np.bool_)
-        for v in values:
-            mask |= snap.label_mask(key, v)
-        return mask
-    if op == "NotIn":
-        mask = np.ones(snap.cap, dtype=np.bool_)
-        for v in values:
-            mask &= ~snap.label_mask(key, v)
-        return mask
-    if op == "Exists":
-        return snap.key_mask(key).copy()
-    if op == "DoesNotExist":
-        return ~snap.key_mask(key)
-    if op in ("Gt", "Lt") and len(values) == 1:
-        try:
-            bound = int(values[0])
-        except ValueError:
-            return np.zeros(snap.cap, dtype=np.bool_)
-        mask = np.zeros(snap.cap, dtype=np.bool_)
-        for slot, n in snap.iter_nodes():
-            text = n.labels.get(key)
-            if text is None:
-                continue
-            try:
-                number = int(text)
-            except ValueError:
-                continue
-            mask[slot] = number > bound if op == "Gt" else number < bound
-        return mask
-    return np.zeros(snap.cap, dtype=np.bool_)
-
-
-def node_term_mask(snap: Snapshot, term: NodeTerm) -> BOOL:
-    """Nodes matching every requirement of one node selector term (an empty term: none)."""
-    if not term.requirements:
-        return np.zeros(snap.cap, dtype=np.bool_)
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for r in term.requirements:
-        mask &= _requirement_mask(snap, r.key, r.operator, r.values)
-    return mask
-
-
-def node_selector_mask(snap: Snapshot, req: Requirements) -> BOOL:
-    """``nodeSelector`` (which includes the machine class label) and required node affinity."""
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for key, value in req.node_selector:
-        mask &= snap.label_mask(key, value)
-    if req.required_node_terms:
-        any_term = np.zeros(snap.cap, dtype=np.bool_)
-        for term in req.required_node_terms:
-            any_term |= node_term_mask(snap, term)
-        mask &= any_term
-    return mask
-
-
-# -- taints --------------------------------------------------------------------------------
-def untolerated(req: Requirements, taints: tuple[Taint, ...]) -> Taint | None:
-    """The first NoSchedule/NoExecute taint the pod does not tolerate."""
-    for t in taints:
-        if t.effect in HARD_EFFECTS and not any(
-            tol.tolerates(t.key, t.value, t.effect) for tol in req.tolerations
-        ):
-            return t
-    return None
-
-
-def taint_mask(snap: Snapshot, req: Requirements) -> BOOL:
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    verdicts: dict[tuple[Taint, ...], bool] = {}
-    for slot in snap.tainted():
-        n = snap.node(slot)
-        ok = verdicts.get(n.taints)
-        if ok is None:
-            ok = verdicts[n.taints] = untolerated(req, n.taints) is None
-        mask[slot] = ok
-    return mask
-
-
-# -- resources -----------------------------------------------------------------------------
-def limits(snap: Snapshot, req: Requirements) -> tuple[I64, I64]:
-    """Production pods are held to allocatable; batch pods to batch-allocatable."""
-    if req.batch:
-        return snap.batch_cpu, snap.batch_mem
-    return snap.alloc_cpu, snap.alloc_mem
-
-
-def pod_limits(snap: Snapshot, pod: PodInfo) -> tuple[I64, I64]:
-    """The cpu and memory limits ``pod`` is held to on each node: those of its band
-    (:func:`limits`) and, on a node holding room for a nominated pod of the other band, that
-    pod's as well, so the room stays free in the nominee's terms too (a batch pod may use
-    batch-allocatable beyond allocatable, but not the room held for a production preemptor)."""
-    lim_cpu, lim_mem = limits(snap, pod.req)
-    slots = [
-        held[0]
-        for uid, held in snap.nominated.items()
-        if uid != pod.uid
-        and (nominee := snap.pods.get(uid)) is not None
-        and nominee.req.batch != pod.req.batch
-    ]
-    if not slots:
-        return lim_cpu, lim_mem
-    if pod.req.batch:
-        other_cpu, other_mem = snap.alloc_cpu, snap.alloc_mem
-    else:
-        other_cpu, other_mem = snap.batch_cpu, snap.batch_mem
-    idx = np.asarray(slots, dtype=np.int64)
-    lim_cpu, lim_mem = lim_cpu.copy(), lim_mem.copy()
-    lim_cpu[idx] = np.minimum(lim_cpu[idx], other_cpu[idx])
-    lim_mem[idx] = np.minimum(lim_mem[idx], other_mem[idx])
-    return lim_cpu, lim_mem
-
-
-def _own_hold(snap: Snapshot, pod: PodInfo) -> tuple[int, int, int, int, int]:
-    """(slot, cpu, memory, gpu, pods) of the room held for this pod itself, if nominated."""
-    held = snap.nominated.get(pod.uid)
-    if held is None:
-        return -1, 0, 0, 0, 0
-    slot, cpu, mem, gpu = held
-    return slot, cpu, mem, gpu, 1
-
-
-def resource_masks(snap: Snapshot, pod: PodInfo) -> tuple[BOOL, BOOL, BOOL, BOOL]:
-    """Per-resource fit masks: cpu, memory, gpu, pod count."""
-    r = pod.req
-    lim_cpu, lim_mem = pod_limits(snap, pod)
-    slot, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
-    cpu = lim_cpu - snap.used_cpu - snap.held_cpu
-    mem = lim_mem - snap.used_mem - snap.held_mem
-    gpu = snap.alloc_gpu - snap.used_gpu - snap.held_gpu
-    pods = snap.alloc_pods - snap.used_pods - snap.held_pods
-    if slot >= 0:
-        cpu[slot] += own_cpu
-        mem[slot] += own_mem
-        gpu[slot] += own_gpu
-        pods[slot] += own_pods
-    return cpu >= r.cpu_milli, mem >= r.memory_bytes, gpu >= r.gpu, pods >= 1
-
-
-def fits_slot(snap: Snapshot, pod: PodInfo, slot: int) -> bool:
-    """Scalar resource check of one node (after a placement changed only that node)."""
-    r = pod.req
-    lim_cpu, lim_mem = pod_limits(snap, pod)
-    own, own_cpu, own_mem, own_gpu, own_pods = _own_hold(snap, pod)
-    if own != slot:
-        own_cpu = own_mem = own_gpu = own_pods = 0
-    return bool(
-        lim_cpu[slot] - snap.used_cpu[slot] - snap.held_cpu[slot] + own_cpu >= r.cpu_milli
-        and lim_mem[slot] - snap.used_mem[slot] - snap.held_mem[slot] + own_mem >= r.memory_bytes
-        and snap.alloc_gpu[slot] - snap.used_gpu[slot] - snap.held_gpu[slot] + own_gpu >= r.gpu
-        and snap.alloc_pods[slot] - snap.used_pods[slot] - snap.held_pods[slot] + own_pods >= 1
-    )
-
-
-def resource_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
-    cpu, mem, gpu, pods = resource_masks(snap, pod)
-    return cpu & mem & gpu & pods
-
-
-# -- host ports ----------------------------------------------------------------------------
-def port_mask(snap: Snapshot, req: Requirements) -> BOOL:
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for proto_port in req.host_ports:
-        for slot in snap.port_users.get(proto_port, {}):
-            mask[slot] = False
-    return mask
-
-
-# -- pod affinity, anti-affinity, topology spread -------------------------------------------
-def _domain_mask(snap: Snapshot, key: str, uids: set[str]) -> BOOL:
-    """Nodes in a topology domain (of ``key``) that holds any of ``uids``."""
-    ids, names = snap.domains(key)
-    slots = [snap.placed[u] for u in uids if u in snap.placed]
-    if not slots:
-        return np.zeros(snap.cap, dtype=np.bool_)
-    present = np.zeros(len(names) + 1, dtype=np.bool_)  # index 0: nodes without the key
-    present[ids[np.asarray(slots, dtype=np.int64)] + 1] = True
-    present[0] = False
-    mask: BOOL = present[ids + 1]
-    return mask
-
-
-def affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for term in pod.req.affinity:
-        matched = snap.matching_pods(term.selector, term.namespaces)
-        if not matched:
-            # The first pod of a group that selects itself may go anywhere with the key.
-            if term.selects(pod.namespace, pod.labels):
-                ids, _ = snap.domains(term.topology_key)
-                mask &= ids >= 0
-                continue
-            return np.zeros(snap.cap, dtype=np.bool_)
-        mask &= _domain_mask(snap, term.topology_key, matched)
-    return mask
-
-
-def anti_affinity_mask(snap: Snapshot, pod: PodInfo) -> BOOL:
-    """The pod's own required anti-affinity, and existing pods' anti-affinity against it."""
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for term in pod.req.anti_affinity:
-        matched = snap.matching_pods(term.selector, term.namespaces)
-        matched.discard(pod.uid)
-        if matched:
-            mask &= ~_domain_mask(snap, term.topology_key, matched)
-    by_key: dict[str, set[str]] = {}
-    for q, term in symmetric_terms(snap, pod):
-        by_key.setdefault(term.topology_key, set()).add(q)
-    for key, holders in by_key.items():
-        mask &= ~_domain_mask(snap, key, holders)
-    return mask
-
-
-def symmetric_terms(snap: Snapshot, pod: PodInfo) -> list[tuple[str, PodTerm]]:
-    """Placed pods whose required anti-affinity selects ``pod``, with the term."""
-    candidates: set[str] = set(snap.anti_unindexed)
-    for kv in pod.labels.items():
-        candidates |= snap.anti_by_label.get(kv, set())
-    out = []
-    for uid in candidates:
-        if uid == pod.uid:
-            continue
-        q = snap.pods.get(uid)
-        if q is None:
-            continue
-        for term in q.req.anti_affinity:
-            if term.selects(pod.namespace, pod.labels):
-                out.append((uid, term))
-    return out
-
-
-def spread_counts(
-    snap: Snapshot, pod: PodInfo, eligible: BOOL, key: str, selector: object
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """(domain id per slot, matching pods per domain, number of domains) for one constraint,
-    counting only pods on eligible nodes, as Kubernetes does."""
-    ids, names = snap.domains(key)
-    matched = snap.matching_pods(selector, frozenset((pod.namespace,)))
-    counts = np.zeros(max(len(names), 1), dtype=np.int64)
-    for uid in matched:
-        slot = snap.placed[uid]
-        d = ids[slot]
-        if d >= 0 and eligible[slot]:
-            counts[d] += 1
-    return ids, counts, len(names)
-
-
-def spread_mask(snap: Snapshot, pod: PodInfo, eligible: BOOL) -> BOOL:
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    for c in pod.req.spread:
-        if not c.hard:
-            continue
-        ids, counts, n = spread_counts(snap, pod, eligible, c.topology_key, c.selector)
-        has = ids >= 0
-        # Domains with at least one eligible node (slot 0 of ``present``: no domain).
-        present = np.zeros(n + 1, dtype=np.bool_)
-        present[ids[eligible] + 1] = True
-        present[0] = False
-        if n == 0 or not present.any():
-            mask &= has
-            continue
-        floor = counts[:n][present[1:]].min()
-        self_match = 1 if c.selector.matches(pod.labels) else 0
-        # counts per domain, looked up per slot; a node without the key never passes
-        allowed = np.zeros(n + 1, dtype=np.bool_)
-        allowed[1:] = counts[:n] + self_match - floor <= c.max_skew
-        mask &= allowed[ids + 1]
-    return mask
-
-
-def pod_terms_mask(snap: Snapshot, pod: PodInfo, eligible: BOOL) -> BOOL:
-    mask = np.ones(snap.cap, dtype=np.bool_)
-    if pod.req.affinity:
-        mask &= affinity_mask(snap, pod)
-    if pod.req.anti_affinity or snap.anti_by_label or snap.anti_unindexed:
-        mask &= anti_affinity_mask(snap, pod)
-    if any(c.hard for c in pod.req.spread):
-        mask &= spread_mask(snap, pod, eligible)
-    return mask
-
-
-# -- putting it together -------------------------------------------------------------------
 def feasible(snap: Snapshot, pod: PodInfo, cache: FilterCache) -> BOOL:
-    """The nodes that can take ``pod`` now (the fast path)."""
-    r = pod.req
-    static = cache.static_mask(snap, r)
-    mask = static & snap.schedulable
-    mask &= resource_mask(snap, pod)
-    if r.host_ports:
-        mask &= port_mask(snap, r)
-    if r.has_pod_terms or snap.anti_by_label or snap.anti_unindexed:
+    """The nodes that can take ``pod`` now: those that pass every filter of ``FILTERS`` (the
+    fast path). The static filters' combined mask comes from the cache; the others run in
+    list order, stopping once no node is left."""
+    ctx = Context(snap, pod, cache)
+    mask = cache.static_mask(snap, pod).copy()
+    for f in _DYNAMIC:
+        if not f.applies(ctx):
+            continue
         if not mask.any():
-            return mask
-        mask &= pod_terms_mask(snap, pod, static & snap.live)
+            break
+        for _reason, passed in f.check(ctx):
+            mask &= passed
     return mask
-
-
-def explain(snap: Snapshot, pod: PodInfo, cache: FilterCache) -> str:
-    """``0/N nodes available: <count> <reason>, ...`` for a pod no node can take.
-
-    A node turned away by several filters is counted under each, as Kubernetes does for its
-    resource reasons; the counts therefore need not add up to N.
-    """
-    r = pod.req
-    live = snap.live
-    total = int(live.sum())
-    reasons: Counter[str] = Counter()
-
-    def count(reason: str, passed: BOOL) -> None:
-        n = int((live & ~passed).sum())
-        if n:
-            reasons[reason] += n
-
-    count(R_CORDONED, ~snap.cordoned)
-    count(R_NOT_READY, snap.ready | snap.cordoned)  # a cordoned node is reported as cordoned
-    count(R_SELECTOR, node_selector_mask(snap, r))
-    for _slot, n in snap.iter_nodes():
-        t = untolerated(r, n.taints)
-        if t is not None:
-            reasons[f"untolerated taint {t}"] += 1
-    cpu, mem, gpu, pods = resource_masks(snap, pod)
-    if r.cpu_milli:
-        count(R_CPU, cpu)
-    if r.memory_bytes:
-        count(R_MEMORY, mem)
-    if r.gpu:
-        count(R_GPU, gpu)
-    count(R_PODS, pods)
-    if r.host_ports:
-        count(R_PORTS, port_mask(snap, r))
-    eligible = cache.static_mask(snap, r) & live
-    if r.affinity:
-        count(R_AFFINITY, affinity_mask(snap, pod))
-    if r.anti_affinity or snap.anti_by_label or snap.anti_unindexed:
-        count(R_ANTI, anti_affinity_mask(snap, pod))
-    if any(c.hard for c in r.spread):
-        count(R_SPREAD, spread_mask(snap, pod, eligible))
-    available = int(feasible(snap, pod, cache)[live].sum())
-    parts = [
-        f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-    ]
-    head = f"{available}/{total} nodes available"
-    return f"{head}: {', '.join(parts)}" if parts else head

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.scheduling.filters import FilterCache, pod_limits, port_mask
+from app.core.scheduling.filters import FilterCache
+from app.core.scheduling.masks import pod_limits, port_mask
 from app.core.scheduling.podinfo import PodInfo
 from app.core.scheduling.snapshot import Snapshot
 
@@ -119,7 +120,7 @@ def preempt(
     if held is not None and _terminating_below(snap, pod, held[0]):
         return None  # room is already being made for it on its nominated node
     r = pod.req
-    mask = cache.static_mask(snap, r) & snap.schedulable
+    mask = cache.static_mask(snap, pod) & snap.schedulable
     if r.host_ports:
         mask &= port_mask(snap, r)
     lim_cpu, lim_mem = pod_limits(snap, pod)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from app.core.scheduling.filters import limits, node_term_mask, spread_counts
+from app.core.scheduling.masks import limits, node_term_mask, spread_counts
 from app.core.scheduling.podinfo import ZONE_KEY, PodInfo
 from app.core.scheduling.snapshot import I64, Snapshot
 
