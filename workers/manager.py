@@ -18,7 +18,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
@@ -30,18 +30,38 @@ from workers.loops import Context, Loop
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "quaymaster-controller-manager"
+# Returns when the event is set or the seconds have passed, whichever comes first.
+Wait = Callable[[asyncio.Event, float], Awaitable[None]]
 
 
 def _wall() -> datetime:
     return datetime.now(UTC)
 
 
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
 class Manager:
-    def __init__(self, pool: asyncpg.Pool, loops: Sequence[Loop], lease: LeaderLease) -> None:
+    """Drives the loops while the lease is held. The clocks (``monotonic``, ``wall``) and the
+    wait between ticks are injected so that tests drive the manager on a fake clock."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        loops: Sequence[Loop],
+        lease: LeaderLease,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _wall,
+        wait: Wait = wait_or_stop,
+    ) -> None:
         self.pool = pool
         self.loops = list(loops)
         self.lease = lease
-        self.ctx = Context(pool, Store(pool), time.monotonic, _wall)
+        self.ctx = Context(pool, Store(pool), monotonic, wall)
+        self._wait = wait
         self.term = 0  # bumped on every gain or loss of leadership
 
     def _on_change(self, leading: bool) -> None:
@@ -71,18 +91,17 @@ class Manager:
                 loop.reset()
                 term, leading = self.term, now_leading
             if leading:
-                started = time.monotonic()
+                started = self.ctx.monotonic()
                 try:
                     await loop.tick(self.ctx)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     log.warning("loop %s: %s; retrying", loop.name, exc)
                 except Exception:
                     log.exception("loop %s failed; retrying", loop.name)
-                took = time.monotonic() - started
+                took = self.ctx.monotonic() - started
                 if took > loop.interval:
                     log.info("loop %s took %.2fs (interval %.2fs)", loop.name, took, loop.interval)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), loop.interval)
+            await self._wait(stop, loop.interval)
 
 
 def default_loops() -> list[Loop]:
