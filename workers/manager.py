@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
+from app.process import configure_logging, run_until_stopped
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
 from app.store.store import Store
@@ -125,16 +125,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--lease-renew", type=float, default=float(os.environ.get("QM_MANAGER_RENEW", "3"))
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("QM_LOG_LEVEL", "warning").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
 
-    async def go() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def go(stop: asyncio.Event) -> None:
         pool = await create_pool(database_url(), min_size=1, max_size=4)
         lease = LeaderLease(
             pool,
@@ -148,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             await pool.close()
 
-    asyncio.run(go())
+    run_until_stopped(go)
 
 
 if __name__ == "__main__":
