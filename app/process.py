@@ -22,6 +22,9 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 
+# Returns when the event is set or the seconds have passed, whichever comes first: what a
+# periodic loop waits on between rounds, injected so tests can drive the loop on a fake clock.
+Wait = Callable[[asyncio.Event, float], Awaitable[None]]
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PR_SET_PDEATHSIG = 1
@@ -48,6 +51,12 @@ def stop_on_signals() -> threading.Event:
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """The real :data:`Wait`: the event loop's clock."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def run_until_stopped(

@@ -17,12 +17,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
 
-from app.process import configure_logging, run_until_stopped
+from app.process import Wait, configure_logging, run_until_stopped, wait_or_stop
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
 from app.store.store import Store
@@ -30,17 +30,10 @@ from workers.loops import Context, Loop
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "quaymaster-controller-manager"
-# Returns when the event is set or the seconds have passed, whichever comes first.
-Wait = Callable[[asyncio.Event, float], Awaitable[None]]
 
 
 def _wall() -> datetime:
     return datetime.now(UTC)
-
-
-async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 class Manager:
