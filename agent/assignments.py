@@ -187,6 +187,8 @@ class AssignmentSource:
     last_sync: float | None = None  # monotonic time of the last list or event
     changed: threading.Event = field(default_factory=threading.Event)
     jitter: Callable[[], float] = lambda: random.uniform(0.8, 1.2)
+    # Waits out a backoff: returns when the event (a poke) is set or the seconds have passed.
+    wait: Callable[[threading.Event, float], object] = threading.Event.wait
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _poked: threading.Event = field(default_factory=threading.Event)
 
@@ -259,5 +261,5 @@ class AssignmentSource:
         while not stop.is_set():
             delay = self.step(stop)
             if delay and not stop.is_set():
-                self._poked.wait(delay)
+                self.wait(self._poked, delay)
             self._poked.clear()

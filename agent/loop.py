@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from agent.server import AgentServer
 from agent.usage import UsageCollector, samples_path
 from app.core.errors import NotFound, StatusError
 from app.core.kinds import BY_KIND
+from app.process import configure_logging, run_until_stopped
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -345,19 +345,12 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the agent until SIGINT or SIGTERM; its pods are stopped on the way out."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(default="info")
     try:
         cfg = agent_config.parse(sys.argv[1:] if argv is None else argv, os.environ)
     except agent_config.ConfigError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 2
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await build(cfg).run(stop)
-
-    asyncio.run(serve())
+    run_until_stopped(lambda stop: build(cfg).run(stop))  # built inside the event loop
     return 0

@@ -526,6 +526,8 @@ class PodWorker:
                 except Exception:
                     log.exception("pod %s/%s: step failed", self.namespace, self.name)
                     wake_at = None
+                if self.finished:
+                    break  # not one more poll: the agent may reuse the pod's slot at once
                 timeout = self.poll
                 if wake_at is not None:
                     timeout = min(timeout, max(0.0, wake_at - self.clocks.mono()))

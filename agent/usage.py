@@ -16,7 +16,6 @@ ever waits on or stops a pod.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from agent.runtime import Running, Runtime
 from app.core.metrics import escape_label_value as esc
+from app.process import Wait, wait_or_stop
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -135,9 +135,10 @@ class UsageCollector:
         *,
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.time,
+        wait: Wait = wait_or_stop,
     ) -> None:
         self.runtime, self.node, self.send = runtime, node, send
-        self.interval, self.clock = interval, clock
+        self.interval, self.clock, self.wait = interval, clock, wait
         self.rates = CpuRates()
         self.last: Obj | None = None  # the newest sample body, for /metrics
         self.sent = 0
@@ -196,5 +197,4 @@ class UsageCollector:
         """Sample, send, wait out the interval; until `stop`."""
         while not stop.is_set():
             await self.push(self.read(pods()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval)
+            await self.wait(stop, self.interval)

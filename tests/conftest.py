@@ -42,6 +42,14 @@ from app.devstack.supervise import free_port
 from app.stream.revisioner import Revisioner, streaming
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SLOW_TIMEOUT = 900  # seconds; the default for the rest is pytest-timeout's, in pyproject.toml
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked slow gets the longer timeout unless it names its own."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
 def _scratch_dir(prefix: str) -> Path:

@@ -12,13 +12,11 @@ may run: the pending markers make their duplicates harmless.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
 from collections.abc import Iterable
 
 from app.core.errors import Gone
+from app.process import configure_logging, run_until_stopped
 from app.store.db import stream_database_url
 from app.stream.informer import Change, LogInformer
 from workers.controllers import CONTROLLERS, TICKED
@@ -99,23 +97,8 @@ async def run(stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("QM_LOG_LEVEL", "warning").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-    async def go() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        task = asyncio.create_task(run(stop))
-        await stop.wait()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(go())
+    configure_logging()
+    run_until_stopped(run, grace=0)  # blocked on the stream, with nothing to put away
 
 
 if __name__ == "__main__":

@@ -14,15 +14,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
 
+from app.process import Wait, configure_logging, run_until_stopped, wait_or_stop
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
 from app.store.store import Store
@@ -37,11 +37,24 @@ def _wall() -> datetime:
 
 
 class Manager:
-    def __init__(self, pool: asyncpg.Pool, loops: Sequence[Loop], lease: LeaderLease) -> None:
+    """Drives the loops while the lease is held. The clocks (``monotonic``, ``wall``) and the
+    wait between ticks are injected so that tests drive the manager on a fake clock."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        loops: Sequence[Loop],
+        lease: LeaderLease,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _wall,
+        wait: Wait = wait_or_stop,
+    ) -> None:
         self.pool = pool
         self.loops = list(loops)
         self.lease = lease
-        self.ctx = Context(pool, Store(pool), time.monotonic, _wall)
+        self.ctx = Context(pool, Store(pool), monotonic, wall)
+        self._wait = wait
         self.term = 0  # bumped on every gain or loss of leadership
 
     def _on_change(self, leading: bool) -> None:
@@ -71,18 +84,17 @@ class Manager:
                 loop.reset()
                 term, leading = self.term, now_leading
             if leading:
-                started = time.monotonic()
+                started = self.ctx.monotonic()
                 try:
                     await loop.tick(self.ctx)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     log.warning("loop %s: %s; retrying", loop.name, exc)
                 except Exception:
                     log.exception("loop %s failed; retrying", loop.name)
-                took = time.monotonic() - started
+                took = self.ctx.monotonic() - started
                 if took > loop.interval:
                     log.info("loop %s took %.2fs (interval %.2fs)", loop.name, took, loop.interval)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), loop.interval)
+            await self._wait(stop, loop.interval)
 
 
 def default_loops() -> list[Loop]:
@@ -106,16 +118,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--lease-renew", type=float, default=float(os.environ.get("QM_MANAGER_RENEW", "3"))
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("QM_LOG_LEVEL", "warning").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
 
-    async def go() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def go(stop: asyncio.Event) -> None:
         pool = await create_pool(database_url(), min_size=1, max_size=4)
         lease = LeaderLease(
             pool,
@@ -129,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             await pool.close()
 
-    asyncio.run(go())
+    run_until_stopped(go)
 
 
 if __name__ == "__main__":

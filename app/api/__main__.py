@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 
 import uvicorn
+
+from app.process import configure_logging
 
 
 def main() -> None:
@@ -15,9 +16,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("QM_API_PORT", "8080")))
     parser.add_argument("--log-level", default=os.environ.get("QM_LOG_LEVEL", "warning"))
     args = parser.parse_args()
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)  # uvicorn turns SIGTERM and SIGINT into its shutdown
     uvicorn.run(
         "app.api.app:create_app",
         factory=True,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 def settle() -> None:
@@ -40,12 +40,13 @@ async def keep_collections_young(
     period: float = 5.0,
     full_every: float = 3600.0,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
     """Run :func:`settle` every ``period`` seconds and :func:`full_pass` (then settle) every
     ``full_every`` seconds, until cancelled."""
     last_full = clock()
     while True:
-        await asyncio.sleep(period)
+        await sleep(period)
         if clock() - last_full >= full_every:
             full_pass()
             last_full = clock()

@@ -8,24 +8,14 @@ once (the commit-time checks keep that safe); it exists for tests and experiment
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import ctypes
 import gc
-import logging
 import os
-import signal
 
 from app.core.priority import PRODUCTION_THRESHOLD
 from app.core.scheduling.engine import SCHEDULER_NAMES, Config
+from app.process import configure_logging, die_with_parent_if_asked, run_until_stopped
 from app.scheduler.service import SchedulerService, Settings
 from app.store.db import database_url, stream_database_url
-
-
-def _die_with_parent() -> None:
-    """Linux: end with the process that started us, even if it was SIGKILLed."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,12 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    if os.environ.get("QM_DIE_WITH_PARENT") == "1":
-        _die_with_parent()
+    die_with_parent_if_asked()
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     settings = Settings(
         database_url=database_url(),
         stream_url=stream_database_url(),
@@ -102,15 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     # rescanning them on every allocation burst.
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await SchedulerService(settings).run(stop)
-
-    asyncio.run(run())
+    run_until_stopped(lambda stop: SchedulerService(settings).run(stop))
 
 
 if __name__ == "__main__":

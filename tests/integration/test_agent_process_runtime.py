@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import capability
 import pytest
 
 from agent.logs import previous_log_path
@@ -43,7 +44,7 @@ def maybe_cgroups() -> Iterator[Cgroups | None]:
 @pytest.fixture
 def cgroups(maybe_cgroups: Cgroups | None) -> Cgroups:
     if maybe_cgroups is None:
-        pytest.skip("this host gives no writable memory/cpu cgroups (needs root and cgroupfs rw)")
+        capability.missing("no writable memory/cpu cgroups here (needs root and cgroupfs rw)")
     return maybe_cgroups
 
 

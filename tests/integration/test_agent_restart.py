@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import capability
 import pytest
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
@@ -149,7 +150,7 @@ def test_a_stopped_agent_leaves_no_cgroup_of_its_own(
     try:
         cgroups = detect(f"quaymaster-{node}")
     except CgroupsUnavailable as exc:
-        pytest.skip(f"no writable cgroups on this host: {exc}")
+        capability.missing(f"no writable cgroups on this host: {exc}")
     wait_for(lambda: registered(api, node), 15, "registered")
     agent.stop(signal.SIGTERM)
     assert not cgroups.exists(""), f"left behind: {cgroups.dirs('')}"

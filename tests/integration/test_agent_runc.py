@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import capability
 import pytest
 from agents import make_agent
 
@@ -63,12 +64,12 @@ def make_busybox_image(images_dir: Path, ref: str = IMAGE) -> Path:
 @pytest.fixture
 def cgroups() -> Iterator[Cgroups]:
     if reason := host_skip_reason():
-        pytest.skip(reason)
+        capability.missing(reason)
     parent = f"qm-test-runc-{secrets.token_hex(4)}"
     try:
         found = detect(parent)
     except CgroupsUnavailable as exc:
-        pytest.skip(f"this host gives no writable memory/cpu cgroups: {exc}")
+        capability.missing(f"this host gives no writable memory/cpu cgroups: {exc}")
     yield found
     found.remove("")
 

@@ -1,21 +1,19 @@
 """The controller manager's leader election: of two managers one runs the singleton loops;
 when it is killed the other takes the lease and its loops take over, starting from a reset
 (the node lifecycle loop measures every silence afresh, so a failover never evicts early).
+How the manager drives its loops on a term is tested on a fake clock in
+``tests/unit/test_manager.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 from plane import Plane
 from test_node_lifecycle import FAST, Agents, add_node, tainted
 
-from workers.loops import Context
-from workers.manager import LEASE_NAME, Manager
+from workers.manager import LEASE_NAME
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
 
@@ -52,61 +50,3 @@ def test_the_standby_takes_over_and_starts_its_silences_afresh(plane: Plane) -> 
         assert 5.5 <= tainted_after <= 9.0, tainted_after
         assert not tainted(plane.db, "m1", UNREACHABLE)
         assert second.poll() is None
-
-
-@dataclass
-class FakeLease:
-    leading: bool = False
-    on_change: Any = None
-
-    async def run(self, stop: asyncio.Event, on_change: Any = None) -> None:
-        self.on_change = on_change
-        await stop.wait()
-
-    def is_leader(self) -> bool:
-        return self.leading
-
-    async def release(self) -> bool:
-        return True
-
-    def flip(self, leading: bool) -> None:
-        self.leading = leading
-        self.on_change(leading)
-
-
-@dataclass
-class CountingLoop:
-    name: str = "counting"
-    interval: float = 0.05
-    resets: int = 0
-    ticks: list[int] = field(default_factory=list)
-
-    def reset(self) -> None:
-        self.resets += 1
-
-    async def tick(self, ctx: Context) -> None:
-        self.ticks.append(self.resets)
-
-
-async def test_loops_tick_only_while_leading_and_reset_on_every_change_of_term() -> None:
-    lease, loop = FakeLease(), CountingLoop()
-    manager = Manager(None, [loop], lease)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    task = asyncio.create_task(manager.run(stop))
-    await asyncio.sleep(0.2)
-    assert loop.ticks == [] and loop.resets == 1  # the start of the first term
-    lease.flip(True)
-    await asyncio.sleep(0.2)
-    assert loop.ticks and set(loop.ticks) == {2}
-    # Lost and regained between two ticks: still a new term, so the loop forgets.
-    lease.flip(False)
-    lease.flip(True)
-    await asyncio.sleep(0.2)
-    assert loop.resets == 3 and loop.ticks[-1] == 3
-    lease.flip(False)
-    await asyncio.sleep(0.1)
-    count = len(loop.ticks)
-    await asyncio.sleep(0.2)
-    assert len(loop.ticks) == count
-    stop.set()
-    await task

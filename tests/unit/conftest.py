@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+import wall_clock
 
 from app.core.admission import admit
 from app.core.errors import Cause, Invalid
@@ -176,3 +177,10 @@ def edit() -> Callable[..., Any]:
 @pytest.fixture(scope="session")
 def remove() -> Callable[..., Any]:
     return drop
+
+
+@pytest.fixture(autouse=True)
+def no_wall_clock_sleep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every unit test runs under :func:`wall_clock.forbid_sleeps` (see that module)."""
+    if request.path.name not in wall_clock.ALLOWED:
+        wall_clock.forbid_sleeps(monkeypatch)

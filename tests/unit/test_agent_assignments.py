@@ -4,7 +4,6 @@ on 410 and its behaviour while the API is away (with a scripted client), and the
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,7 +174,15 @@ def test_a_poke_cuts_the_backoff_short() -> None:
     api = ScriptedApi()
     api.lists = [Unreachable("refused")] * 4 + [([pod("a")], "7")]
     stop = threading.Event()
-    s = AssignmentSource(api, "n1", jitter=lambda: 100.0)  # type: ignore[arg-type]
+    backoffs: list[float] = []
+    waiting = threading.Event()
+
+    def wait(poked: threading.Event, seconds: float) -> bool:
+        backoffs.append(seconds)
+        waiting.set()
+        return poked.wait(seconds)  # the real wait: only the poke can end it within the test
+
+    s = AssignmentSource(api, "n1", jitter=lambda: 100.0, wait=wait)  # type: ignore[arg-type]
     for _ in range(4):
         s.step()  # four failures: the next wait would be 400 s
 
@@ -187,16 +194,14 @@ def test_a_poke_cuts_the_backoff_short() -> None:
     thread = threading.Thread(target=s.run, args=(stop,), daemon=True)
     api.lists.insert(0, Unreachable("refused"))
     thread.start()
-    time.sleep(0.2)
-    assert not s.listed  # waiting out the backoff
-    started = time.monotonic()
+    assert waiting.wait(30)
+    assert not s.listed and backoffs == [800.0]  # waiting out the fifth failure's backoff
     s.poke()
-    while not s.listed and time.monotonic() - started < 5:
-        time.sleep(0.01)
+    assert s.changed.wait(30)  # listed long before the 800 s were out
     stop.set()
     s.poke()
-    thread.join(5)
-    assert s.listed and set(s.snapshot()) == {"a"} and time.monotonic() - started < 5
+    thread.join(30)
+    assert s.listed and set(s.snapshot()) == {"a"} and backoffs == [800.0]
     assert not thread.is_alive()
 
 

@@ -346,17 +346,18 @@ def make_agent(pod: Obj, allocatable: Resources) -> tuple[Agent, FakeApi, FakeSo
         cast(Any, source),
         cast(Any, FakeLease()),
         allocatable,
-        poll=0.01,
+        poll=3600.0,  # the workers wake on news only: what they do needs no time to pass
         prober=Harness(pod).probe,
     )
     return agent, api, source
 
 
 async def until(check: Callable[[], bool]) -> None:
-    for _ in range(200):
+    """Yield to the pod workers until ``check`` holds (nothing they do here waits on time)."""
+    for _ in range(1000):
         if check():
             return
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
     raise AssertionError("condition not reached")
 
 
@@ -388,8 +389,9 @@ async def test_the_loop_stops_nothing_before_the_first_list() -> None:
     source.pods.clear()
     source.listed = False
     await agent.reconcile()
-    await asyncio.sleep(0.05)
-    assert isinstance(agent.runtime.state("u1", "app"), Running)
+    for _ in range(100):  # every worker has had its chance to act on the reconcile
+        await asyncio.sleep(0)
+    assert isinstance(agent.runtime.state("u1", "app"), Running) and agent.workers
     await agent.shutdown()
     assert agent.runtime.containers() == []
 

@@ -104,14 +104,23 @@ async def test_a_failing_send_is_counted_and_dropped() -> None:
         if len(bodies) == 1:
             raise ConnectionError("api away")
 
-    collector = UsageCollector(SimRuntime(), "n1", send, interval=0.01, clock=clock)
+    waits: list[float] = []
+    two_sent = asyncio.Event()
+
+    async def wait(stop: asyncio.Event, seconds: float) -> None:  # the interval passes at once
+        waits.append(seconds)
+        clock.now += seconds
+        if collector.sent >= 2:
+            two_sent.set()
+        await asyncio.sleep(0)
+
+    collector = UsageCollector(SimRuntime(), "n1", send, interval=10.0, clock=clock, wait=wait)
     stop = asyncio.Event()
     task = asyncio.create_task(collector.run(stop, list))
-    while collector.sent < 2:
-        await asyncio.sleep(0.005)
+    await asyncio.wait_for(two_sent.wait(), 30)  # the sends go through a thread: no fixed count
     stop.set()
-    await asyncio.wait_for(task, 1)
-    assert collector.failed == 1 and len(bodies) >= 3
+    await asyncio.wait_for(task, 30)
+    assert collector.failed == 1 and len(bodies) >= 3 and set(waits) == {10.0}
 
 
 def test_prometheus_text() -> None:

@@ -58,12 +58,21 @@ async def test_the_loop_settles_every_period_and_runs_the_full_pass_on_schedule(
         now[0] += 1.0  # every reading one "second" later
         return now[0]
 
-    task = asyncio.create_task(collector.keep_collections_young(0.001, 3.0, clock))
-    while len(calls) < 8:
-        await asyncio.sleep(0.001)
+    periods: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # a period passes at once, on the fake clock
+        periods.append(seconds)
+        await asyncio.sleep(0)
+
+    task = asyncio.create_task(collector.keep_collections_young(5.0, 3.0, clock, sleep))
+    for _ in range(1000):
+        if len(calls) >= 8:
+            break
+        await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     # The clock moves one "second" per reading: the full pass falls due at every third tick,
     # and is followed by its own settle.
     assert calls[:8] == ["settle", "settle", "full", "settle", "settle", "settle", "full", "settle"]
+    assert set(periods) == {5.0}
