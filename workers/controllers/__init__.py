@@ -6,7 +6,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from workers.controllers import cronjob as cronjob_controller
-from workers.controllers import deployment, disruption, quota, reclaim, replicaset
+from workers.controllers import (
+    deployment,
+    disruption,
+    garbage,
+    namespace,
+    quota,
+    reclaim,
+    replicaset,
+)
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
@@ -20,6 +28,8 @@ CONTROLLERS: dict[str, Controller] = {
     "CronJob": cronjob_controller.reconcile_key,
     "ResourceQuota": quota.reconcile_key,
     "Node": reclaim.reconcile_key,  # batch-allocatable from usage (ADR 0021)
+    "Namespace": namespace.reconcile_key,  # empties a deleted namespace (ADR 0032)
+    garbage.KIND: garbage.reconcile_key,  # an owner's dependents, by owner uid (ADR 0032)
 }
 
 _TABLES = {
@@ -30,6 +40,7 @@ _TABLES = {
     "CronJob": "cronjobs",
     "ResourceQuota": "resourcequotas",
     "Node": "nodes",
+    "Namespace": "namespaces",
 }
 
 
@@ -42,4 +53,6 @@ async def list_keys(rt: Runtime, kinds: tuple[str, ...] = ()) -> list[tuple[str,
             continue
         for r in await pool.fetch(f"SELECT namespace, name FROM {table}"):
             keys.append((kind, r["namespace"], r["name"]))
+    if not kinds or garbage.KIND in kinds:
+        keys.extend(await garbage.waiting_keys(rt))
     return keys
