@@ -4,8 +4,8 @@
 each change to the keys it concerns: the object's own key when a controller owns its kind, and
 its controlling owner's key (a pod's change wakes its ReplicaSet), and for a pod, every object
 in its namespace that selects pods by label rather than owning them (disruption budgets,
-quotas: see ``NamespaceIndex``). A deleted object that may own others, and one waiting in
-foreground deletion (or with its finalizers gone), enqueues the garbage collector's key for it
+quotas: see ``NamespaceIndex``). A deleted object that may own others, or one marked deleting,
+enqueues the garbage collector's key for it
 (``garbage_key``); a namespace's change enqueues the namespace controller. Each batch of changes
 enqueues each key once, and a key already pending is not enqueued again. Several dispatchers
 may run: the pending markers make their duplicates harmless.
@@ -40,19 +40,16 @@ Key = tuple[str, str, str]
 
 
 def garbage_key(ch: Change) -> Key | None:
-    """The garbage collector's key for this change, if it concerns the collector: a deletion
-    of a possible owner, or an object marked deleting that waits for its dependents
-    (``foregroundDeletion``) or has nothing holding it any more."""
-    if ch.op == "D":
-        if ch.kind in NOT_OWNERS:
-            return None
-    else:
+    """The garbage collector's key for this change, if it concerns the collector: a possible
+    owner deleted or marked deleting (a pod only when it waits in foreground deletion)."""
+    if ch.op != "D":
         meta = ch.obj.get("metadata") or {}
         if not meta.get("deletionTimestamp"):
             return None
-        finalizers = meta.get("finalizers") or []
-        if FOREGROUND not in finalizers and (finalizers or ch.kind == "Pod"):
-            return None  # held by a finalizer, or a pod waiting for its node
+        if ch.kind in NOT_OWNERS and FOREGROUND not in (meta.get("finalizers") or []):
+            return None
+    elif ch.kind in NOT_OWNERS:
+        return None
     return (GARBAGE, ch.namespace, key_name(ch.kind, ch.uid))
 
 

@@ -47,7 +47,7 @@ def test_split_sorts_a_batch() -> None:
         (gc.OwnerView(True, (gc.FOREGROUND, "x/y")), gc.Intent.FOREGROUND),
         (gc.OwnerView(True, ()), gc.Intent.FINISH),
         (gc.OwnerView(True, (), grace=30), gc.Intent.NOTHING),  # its node confirms
-        (gc.OwnerView(True, ("x/y",)), gc.Intent.NOTHING),
+        (gc.OwnerView(True, ("x/y",)), gc.Intent.COLLECT),  # held, but its dependents go
     ],
 )
 def test_intent(owner, expected) -> None:  # type: ignore[no-untyped-def]
@@ -59,6 +59,7 @@ def test_intent(owner, expected) -> None:  # type: ignore[no-untyped-def]
     [
         (gc.Intent.COLLECT, gc.Swept(True, 0), gc.GcPlan(requeue_after=0.0)),
         (gc.Intent.COLLECT, gc.Swept(False, 0), gc.GcPlan()),
+        (gc.Intent.COLLECT, gc.Swept(False, 0, missed=True), gc.GcPlan(requeue_after=1.0)),
         (gc.Intent.FOREGROUND, gc.Swept(True, 0), gc.GcPlan(requeue_after=0.0)),
         (gc.Intent.FOREGROUND, gc.Swept(False, 3), gc.GcPlan(requeue_after=gc.WAIT_SECONDS)),
         (gc.Intent.FOREGROUND, gc.Swept(False, 0), gc.GcPlan(finish=True)),
@@ -86,9 +87,10 @@ def _change(kind: str, op: str, **meta: object) -> Change:
         (_change("Pod", "D"), False),  # pods own nothing: no key per deleted pod
         (_change("Job", "M"), False),
         (_change("Job", "M", deletionTimestamp="t", finalizers=[gc.FOREGROUND]), True),
-        (_change("Job", "M", deletionTimestamp="t", finalizers=["x/y"]), False),
+        (_change("Job", "M", deletionTimestamp="t", finalizers=["x/y"]), True),
         (_change("ConfigMap", "M", deletionTimestamp="t"), True),  # nothing holds it
         (_change("Pod", "M", deletionTimestamp="t"), False),  # its node confirms
+        (_change("Pod", "M", deletionTimestamp="t", finalizers=[gc.FOREGROUND]), True),
     ],
 )
 def test_the_dispatcher_enqueues_the_collector_for_owners(change, wanted) -> None:  # type: ignore[no-untyped-def]

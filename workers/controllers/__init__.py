@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,7 +21,7 @@ from workers.runtime import Runtime
 
 Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
 
-CONTROLLERS: dict[str, Controller] = {
+ALL: dict[str, Controller] = {
     "ReplicaSet": replicaset.reconcile_key,
     "Deployment": deployment.reconcile_key,
     "PodDisruptionBudget": disruption.reconcile_key,
@@ -31,6 +32,11 @@ CONTROLLERS: dict[str, Controller] = {
     "Namespace": namespace.reconcile_key,  # empties a deleted namespace (ADR 0032)
     garbage.KIND: garbage.reconcile_key,  # an owner's dependents, by owner uid (ADR 0032)
 }
+
+# ``QM_CONTROLLERS``: the keys' kinds whose controllers run, comma-separated (all when unset),
+# as kube-controller-manager's ``--controllers``. Read by the workers and the dispatcher alike.
+_ONLY = [k for k in os.environ.get("QM_CONTROLLERS", "").split(",") if k]
+CONTROLLERS = {k: c for k, c in ALL.items() if not _ONLY or k in _ONLY}
 
 _TABLES = {
     "ReplicaSet": "replicasets",
@@ -49,10 +55,10 @@ async def list_keys(rt: Runtime, kinds: tuple[str, ...] = ()) -> list[tuple[str,
     pool = await rt.pool()
     keys: list[tuple[str, str, str]] = []
     for kind, table in _TABLES.items():
-        if kinds and kind not in kinds:
+        if (kinds and kind not in kinds) or kind not in CONTROLLERS:
             continue
         for r in await pool.fetch(f"SELECT namespace, name FROM {table}"):
             keys.append((kind, r["namespace"], r["name"]))
-    if not kinds or garbage.KIND in kinds:
+    if (not kinds or garbage.KIND in kinds) and garbage.KIND in CONTROLLERS:
         keys.extend(await garbage.waiting_keys(rt))
     return keys

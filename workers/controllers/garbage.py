@@ -2,13 +2,13 @@
 them in foreground deletion.
 
 Keys are ``("Garbage", owner namespace, "<owner kind>:<owner uid>")``, enqueued by the
-dispatcher when an object that may own others is deleted, or is marked deleting with the
-``foregroundDeletion`` finalizer (or with no finalizer left), and by the resync for every
-deletion still waiting. The pure core (``app.core.controllers.garbage``) decides; the
-dependents go in batches of ``BATCH`` per statement (``workers.controllers.sweep``), each of
-them by the usual rules: finalizers and a pod's grace period are waited for, and a dependent
-with another owner that exists only loses the reference. A dependent deleted here is in turn
-an owner gone, and its own dependents get a key of their own from the stream.
+dispatcher when an object that may own others is deleted or marked deleting, and by the
+resync for every deletion still waiting (foreground owners, objects with no finalizer left).
+The pure core (``app.core.controllers.garbage``) decides; the dependents go in batches of
+``BATCH`` per statement (``workers.controllers.sweep``), each by the usual rules: finalizers
+and a pod's grace period are waited for, and a dependent with another owner that exists only
+loses the reference. A dependent deleted here is in turn an owner gone, and its own
+dependents get a key of their own from the stream.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
             left = 0 if out.more or what is core.Intent.COLLECT else None
             if left is None:
                 left = await collect.dependents_left(store.pool, uid)
-            swept = core.Swept(out.more, left)
+            swept = core.Swept(out.more, left, missed=out.missed > 0)
         plan = core.after_sweep(what, swept)
         if plan.finish:
             await store.finish_deletion(kind, uid, actor=ACTOR)

@@ -29,6 +29,7 @@ Read = Callable[[Kind], Awaitable[list[Candidate]]]
 class Outcome:
     more: bool = False  # the budget ran out with candidates left
     changed: int = 0
+    missed: int = 0  # candidates whose row changed after it was read
     failures: list[str] = field(default_factory=list)
 
 
@@ -53,10 +54,12 @@ async def sweep(
             if not found:
                 break
             try:
-                out.changed += await collect.apply(pool, kind, split(found), actor, owner_uid)
+                changed = await collect.apply(pool, kind, split(found), actor, owner_uid)
             except asyncpg.PostgresError as exc:
                 out.failures.append(f"{kind.plural}: {exc}")
                 break
+            out.changed += changed
+            out.missed += len(found) - changed
             if len(found) < BATCH:
                 break  # rows changed under the batch are read again by the next reconcile
     return out

@@ -93,30 +93,34 @@ class OwnerView:
 
 class Intent(Enum):
     NOTHING = "nothing"  # the owner lives: its dependents stay
-    COLLECT = "collect"  # the owner is gone: its dependents go (or lose the reference)
+    COLLECT = "collect"  # the owner is gone or going: its dependents go (or lose the reference)
     FOREGROUND = "foreground"  # the owner waits for its dependents, then goes
     FINISH = "finish"  # the owner is deleting and nothing holds it any more
 
 
 def intent(owner: OwnerView | None) -> Intent:
+    """What to do about an owner's dependents. An owner deleted in the background but held by
+    a finalizer already has its dependents collected (the store always did so, at marking)."""
     if owner is None:
         return Intent.COLLECT
     if not owner.deleting:
         return Intent.NOTHING
     if FOREGROUND in owner.finalizers:
         return Intent.FOREGROUND
-    if not owner.finalizers and owner.grace is None:
-        return Intent.FINISH
-    return Intent.NOTHING
+    if not owner.finalizers:
+        return Intent.FINISH if owner.grace is None else Intent.NOTHING
+    return Intent.COLLECT
 
 
 @dataclass(frozen=True, slots=True)
 class Swept:
     """What a sweep of an owner's dependents left: ``more``: live candidates not reached yet
-    (the time budget ran out); ``left``: dependents still there, terminating ones included."""
+    (the time budget ran out); ``left``: dependents still there, terminating ones included;
+    ``missed``: candidates that changed between read and write (read again shortly)."""
 
     more: bool
     left: int
+    missed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,8 @@ def after_sweep(what: Intent, swept: Swept) -> GcPlan:
         return GcPlan(finish=True)
     if swept.more:
         return GcPlan(requeue_after=0.0)
+    if swept.missed:
+        return GcPlan(requeue_after=WAIT_SECONDS)
     if what is Intent.FOREGROUND:
         return GcPlan(finish=True) if swept.left == 0 else GcPlan(requeue_after=WAIT_SECONDS)
     return GcPlan()  # collected: what is left is terminating and goes on its own
