@@ -4,7 +4,9 @@
 each change to the keys it concerns: the object's own key when a controller owns its kind, and
 its controlling owner's key (a pod's change wakes its ReplicaSet), and for a pod, every object
 in its namespace that selects pods by label rather than owning them (disruption budgets,
-quotas: see ``NamespaceIndex``). Each batch of changes
+quotas: see ``NamespaceIndex``). A deleted object that may own others, or one marked deleting,
+enqueues the garbage collector's key for it
+(``garbage_key``); a namespace's change enqueues the namespace controller. Each batch of changes
 enqueues each key once, and a key already pending is not enqueued again. Several dispatchers
 may run: the pending markers make their duplicates harmless.
 """
@@ -15,17 +17,38 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from app.core.controllers.garbage import FOREGROUND, key_name
 from app.core.errors import Gone
+from app.core.kinds import KINDS
 from app.process import configure_logging, run_until_stopped
 from app.store.db import stream_database_url
 from app.stream.informer import Change, LogInformer
 from workers.controllers import CONTROLLERS, TICKED
+from workers.controllers.garbage import KIND as GARBAGE
 
 log = logging.getLogger(__name__)
 # Kinds whose objects select pods by label: any pod change in a namespace wakes all of them there.
 SELECTING = ("PodDisruptionBudget", "ResourceQuota")
-WATCHED = tuple(dict.fromkeys(("Deployment", "ReplicaSet", "Pod", *CONTROLLERS, *SELECTING)))
+# Kinds that own nothing here: a pod's deletion needs no collection (and a 100,000-pod Job
+# would otherwise be 100,000 keys), and Leases and Events are the busiest tables.
+NOT_OWNERS = ("Pod", "Event", "Lease")
+# Every kind but Events and Leases: any object may be an owner the collector must follow.
+WATCHED = tuple(k.kind for k in KINDS if k.kind not in ("Event", "Lease"))
 Key = tuple[str, str, str]
+
+
+def garbage_key(ch: Change) -> Key | None:
+    """The garbage collector's key for this change, if it concerns the collector: a possible
+    owner deleted or marked deleting (a pod only when it waits in foreground deletion)."""
+    if ch.op != "D":
+        meta = ch.obj.get("metadata") or {}
+        if not meta.get("deletionTimestamp"):
+            return None
+        if ch.kind in NOT_OWNERS and FOREGROUND not in (meta.get("finalizers") or []):
+            return None
+    elif ch.kind in NOT_OWNERS:
+        return None
+    return (GARBAGE, ch.namespace, key_name(ch.kind, ch.uid))
 
 
 class NamespaceIndex:
@@ -63,6 +86,8 @@ def keys_of(
                 seen.update(dict.fromkeys(index.selecting(ch.namespace)))
         if ch.kind in CONTROLLERS and ch.kind not in skip:
             seen[(ch.kind, ch.namespace, ch.name)] = None
+        if (gc := garbage_key(ch)) is not None:
+            seen[gc] = None
         meta = ch.obj.get("metadata") or {}
         for ref in meta.get("ownerReferences") or []:
             if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in CONTROLLERS:

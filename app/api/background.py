@@ -1,9 +1,10 @@
 """What an API server runs beside request handling.
 
 A revisioner child process (every API server starts one; one at a time holds the lock, the
-others are hot standbys), and the leader-only housekeeping: the deletion sweeper that finishes
-foreground deletions and emptied finalizers, and the slot janitor that drops replication slots
-left behind by consumers that went away, so WAL cannot pile up behind them.
+others are hot standbys), and the leader-only housekeeping: the slot janitor that drops
+replication slots left behind by consumers that went away, so WAL cannot pile up behind them.
+Deletions that wait (foreground owners, emptied finalizers, namespaces being deleted) are
+finished by the garbage collector and namespace controllers (``workers/controllers``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ HOUSEKEEPING_LOCK = 0x716D_686B_7000  # "qmhk"
 async def housekeeping(
     store: Store, dsn: str, revisioner: RevisionerProcess, every_s: float = 2.0
 ) -> None:
-    """Keep the revisioner child alive; run the leader-only chores (leader: whoever holds the
-    session lock); others idle."""
+    """Keep the revisioner child alive (checked every ``every_s``); run the leader-only slot
+    janitor about once a minute (leader: whoever holds the session lock); others idle."""
     ticks = 0
     conn: asyncpg.Connection | None = None
     while True:
@@ -90,7 +91,6 @@ async def housekeeping(
                 conn = await asyncpg.connect(dsn, statement_cache_size=0)
             if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", HOUSEKEEPING_LOCK):
                 continue
-            await store.sweep_deletions()
             if ticks % 30 == 0:
                 name = slot_name(await conn.fetchval("SELECT current_database()"))
                 await drop_abandoned_slots(store.pool, name)

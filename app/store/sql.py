@@ -224,31 +224,25 @@ WHERE namespace = $1 AND name = $2 RETURNING {COLS}"""
 
 
 @cache
-def any_uid_exists() -> str:
-    """Whether any object of any kind has one of the uids ``$1``."""
+def waiting_deletions(kind: Kind) -> str:
+    """Objects being deleted that only the garbage collector finishes: foreground owners, and
+    objects with no finalizer left (except pods on a node, whose agent confirms their end)."""
+    unheld = "finalizers = '[]'::jsonb"
+    if kind.kind == "Pod":
+        unheld += " AND (node_name IS NULL OR phase IN ('Succeeded', 'Failed'))"
     return (
-        "SELECT EXISTS ("
-        + " UNION ALL ".join(f"SELECT 1 FROM {k.table} WHERE uid = ANY($1::uuid[])" for k in KINDS)
-        + ")"
+        f"SELECT namespace, uid::text FROM {kind.table} WHERE deletion_timestamp IS NOT NULL"
+        f" AND (finalizers @> '[\"foregroundDeletion\"]'::jsonb OR ({unheld}))"
     )
 
 
-@cache
-def terminating_namespaces() -> str:
-    return (
-        f"SELECT {COLS} FROM namespaces WHERE deletion_timestamp IS NOT NULL"
-        " AND finalizers @> '[\"quaymaster.io/namespace-contents\"]'::jsonb"
+_UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+def owner_exists(ref: str) -> str:
+    """Whether the owner the ownerReference ``ref`` (an SQL expression) names exists, in any
+    table; a reference whose uid is not a uuid names nothing."""
+    tables = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {k.table} WHERE uid = ({ref}->>'uid')::uuid)" for k in KINDS
     )
-
-
-@cache
-def in_namespace(kind: Kind) -> str:
-    return f"SELECT {COLS} FROM {kind.table} WHERE namespace = $1 LIMIT $2"
-
-
-@cache
-def foreground_pending(kind: Kind) -> str:
-    return (
-        f"SELECT {COLS} FROM {kind.table} WHERE deletion_timestamp IS NOT NULL"
-        " AND (finalizers @> '[\"foregroundDeletion\"]'::jsonb OR finalizers = '[]'::jsonb)"
-    )
+    return f"(CASE WHEN {ref}->>'uid' ~ '{_UUID}' THEN ({tables}) ELSE false END)"

@@ -2,14 +2,15 @@
 
 Rules kept here for every caller: creates are conditional on the name (AlreadyExists), updates
 and deletes on the row version read (Conflict), spec and status are written by different calls,
-deletion honours finalizers and graceful pod termination, and ownerReferences cascade
-(background, foreground, orphan). ``row_version`` is the row's own compare-and-swap token; the
+deletion honours finalizers and graceful pod termination, and ownerReferences are followed
+(orphan propagation strips them here; background and foreground cascades are carried out by the
+garbage collector controller, in batches, and a deleted namespace is emptied by the namespace
+controller: ``workers/controllers``). ``row_version`` is the row's own compare-and-swap token; the
 cluster-wide, commit-ordered revision a client sees is assigned later by the revision stream.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import uuid
 from collections.abc import Callable, Sequence
@@ -21,7 +22,9 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
-from app.core.kinds import BY_KIND, KINDS, Kind
+from app.core.controllers.garbage import FOREGROUND, graceful_seconds
+from app.core.controllers.namespace import NAMESPACE_CONTENTS, TERMINATING
+from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
 from app.store import quota, sql
@@ -29,8 +32,6 @@ from app.store.group import Lane
 
 _enc = msgspec.json.Encoder()
 Conn = asyncpg.Connection | PoolConnectionProxy
-FOREGROUND = "foregroundDeletion"
-NAMESPACE_CONTENTS = "quaymaster.io/namespace-contents"
 ORPHAN = "orphan"
 PROPAGATIONS = ("Background", "Foreground", "Orphan")
 
@@ -97,6 +98,15 @@ class Store:
         if rec is None:
             raise errors.NotFound(f'{kind.plural} "{name}" not found', kind=kind.plural, name=name)
         return _stored(kind, rec)
+
+    async def get_by_uid(self, kind: Kind, uid: str) -> Stored | None:
+        """The object of ``kind`` with this uid, if it exists (a uid that is not one: None)."""
+        try:
+            key = uuid.UUID(uid)
+        except ValueError:
+            return None
+        rec = await self.pool.fetchrow(f"SELECT {sql.COLS} FROM {kind.table} WHERE uid = $1", key)
+        return None if rec is None else _stored(kind, rec)
 
     async def get_many(self, kind: Kind, namespace: str, names: list[str]) -> list[Stored]:
         """The objects of ``names`` that exist, by name, in one query (missing ones left out)."""
@@ -361,9 +371,12 @@ class Store:
         grace: int | None,
         actor: str | None,
     ) -> Stored | None:
+        """Delete or mark deleting. Dependents are not touched here (but for orphan
+        propagation, which strips their references): the garbage collector sees the owner go,
+        or wait in foreground deletion, and deletes them in bounded batches."""
         finalizers = list(cur.row["finalizers"] or [])
         if cur.kind.kind == "Namespace" and NAMESPACE_CONTENTS not in finalizers:
-            finalizers.append(NAMESPACE_CONTENTS)  # emptied by sweep_namespaces, then gone
+            finalizers.append(NAMESPACE_CONTENTS)  # emptied by the namespace controller
         if propagation == "Orphan":
             await self._orphan(conn, cur.uid, actor)
         elif (
@@ -383,16 +396,20 @@ class Store:
                 finalizers,
             )
             marked = _stored(cur.kind, rec)
+            if cur.kind.kind == "Namespace" and _phase(cur) != TERMINATING:
+                marked = await self._terminating(conn, marked)
             await self._audit(conn, actor, "delete", cur, marked)
-            if propagation != "Orphan":
-                await self._cascade(conn, cur.uid, actor)
-                if FOREGROUND in finalizers and not await self._has_dependents(conn, cur.uid):
-                    return await self._finish_foreground(conn, marked, actor)
             return marked
         await self._remove(conn, cur, actor)
-        if propagation != "Orphan":
-            await self._cascade(conn, cur.uid, actor)
         return None
+
+    async def _terminating(self, conn: Conn, ns: Stored) -> Stored:
+        """A namespace being deleted shows phase Terminating from the deleting write on, as
+        Kubernetes' API server sets it; the namespace controller writes its conditions."""
+        status = {**(ns.row["status"] or {}), "phase": TERMINATING}
+        text = sql.update_status_plain(ns.kind)
+        rec = await conn.fetchrow(text, "", ns.row["name"], ns.row_version, status)
+        return _stored(ns.kind, rec)
 
     async def _remove(self, conn: Conn, cur: Stored, actor: str | None) -> None:
         await conn.execute(
@@ -400,20 +417,36 @@ class Store:
         )
         await self._audit(conn, actor, "delete", cur, None)
 
-    async def _finish_foreground(self, conn: Conn, cur: Stored, actor: str | None) -> Stored | None:
-        rest = [f for f in cur.row["finalizers"] if f != FOREGROUND]
-        if rest:
+    async def finish_deletion(
+        self, kind: Kind, uid: str, *, drop: str = FOREGROUND, actor: str | None = None
+    ) -> bool:
+        """Take the finalizer ``drop`` off an object being deleted, and remove the object if
+        nothing else holds it (no other finalizer, not a pod its node must confirm). For the
+        controllers that own such a finalizer: the garbage collector once a foreground owner's
+        dependents are gone, the namespace controller once a namespace is empty. Conditional
+        on the row as locked here; False if there was nothing to finish."""
+        async with self.pool.acquire() as conn, conn.transaction():
             rec = await conn.fetchrow(
-                sql.mark_deleting(cur.kind),
-                cur.row["namespace"],
-                cur.row["name"],
-                cur.row_version,
-                None,
-                rest,
+                f"SELECT {sql.COLS} FROM {kind.table} WHERE uid = $1 FOR UPDATE", uuid.UUID(uid)
             )
-            return _stored(cur.kind, rec)
-        await self._remove(conn, cur, actor)
-        return None
+            if rec is None or rec["deletion_timestamp"] is None:
+                return False
+            cur = _stored(kind, rec)
+            rest = [f for f in cur.row["finalizers"] if f != drop]
+            if rest or _graceful_pod(cur, None) is not None:
+                if rest == list(cur.row["finalizers"]):
+                    return False
+                await conn.execute(
+                    sql.mark_deleting(kind),
+                    cur.row["namespace"],
+                    cur.row["name"],
+                    cur.row_version,
+                    None,
+                    rest,
+                )
+                return True
+            await self._remove(conn, cur, actor)
+            return True
 
     async def _audit(
         self,
@@ -464,91 +497,15 @@ class Store:
         if rec is not None:
             await self._audit(conn, actor, "update", dep, _stored(dep.kind, rec))
 
-    async def _cascade(self, conn: Conn, owner_uid: str, actor: str | None) -> None:
-        """Delete what ``owner_uid`` owned; dependents with other live owners only lose the
-        reference. Runs inside the owner's transaction, so the cascade is all-or-nothing."""
-        for dep in await self._dependents(conn, owner_uid):
-            others = [r for r in dep.row["owner_references"] if r.get("uid") != owner_uid]
-            if others and await self._any_exists(conn, [r.get("uid", "") for r in others]):
-                await self._drop_owner(conn, dep, owner_uid, actor)
-                continue
-            if dep.deleting:
-                continue
-            await self._delete_locked(conn, dep, "Background", None, actor)
 
-    async def _any_exists(self, conn: Conn, uids: list[str]) -> bool:
-        parsed = []
-        for uid in uids:
-            with contextlib.suppress(ValueError):
-                parsed.append(uuid.UUID(uid))
-        return bool(parsed) and bool(await conn.fetchval(sql.any_uid_exists(), parsed))
-
-    async def sweep_deletions(self) -> int:
-        """Finish deletions that were waiting: foreground owners whose dependents are gone and
-        terminating objects whose finalizers are all removed. Idempotent; run periodically."""
-        done = 0
-        for kind in KINDS:
-            for rec in await self.pool.fetch(sql.foreground_pending(kind)):
-                cur = _stored(kind, rec)
-                if _graceful_pod(cur, None) is not None and not cur.row["finalizers"]:
-                    continue  # the node agent confirms pod termination
-                async with self.pool.acquire() as conn, conn.transaction():
-                    if FOREGROUND in cur.row["finalizers"] and await self._has_dependents(
-                        conn, cur.uid
-                    ):
-                        continue
-                    try:
-                        await self._finish_foreground(conn, cur, None)
-                    except asyncpg.PostgresError:
-                        continue
-                    done += 1
-        return done + await self.sweep_namespaces()
-
-    async def sweep_namespaces(self, per_pass: int = 1000) -> int:
-        """Empty namespaces being deleted, a bounded number of objects per pass (each deleted by
-        the usual rules: finalizers and running pods are waited for), then let them go."""
-        ns_kind = BY_KIND["Namespace"]
-        done = 0
-        for rec in await self.pool.fetch(sql.terminating_namespaces()):
-            ns = _stored(ns_kind, rec)
-            name = ns.row["name"]
-            if (ns.row["status"] or {}).get("phase") != "Terminating":
-                with contextlib.suppress(errors.Conflict, errors.NotFound):
-                    ns = await self.update_status(
-                        ns_kind, dict(ns.obj, status={"phase": "Terminating"}), ns.row_version
-                    )
-            remaining = 0
-            for kind in KINDS:
-                if not kind.namespaced:
-                    continue
-                for row in await self.pool.fetch(sql.in_namespace(kind), name, per_pass):
-                    remaining += 1
-                    obj = _stored(kind, row)
-                    if obj.deleting:
-                        continue
-                    async with self.pool.acquire() as conn, conn.transaction():
-                        with contextlib.suppress(asyncpg.PostgresError):
-                            await self._delete_locked(conn, obj, "Background", None, None)
-                            done += 1
-            if remaining == 0:
-                rest = [f for f in ns.row["finalizers"] if f != NAMESPACE_CONTENTS]
-                async with self.pool.acquire() as conn, conn.transaction():
-                    rec2 = await conn.fetchrow(
-                        sql.mark_deleting(ns_kind), "", name, ns.row_version, None, rest
-                    )
-                    if rec2 is not None and not rest:
-                        await self._remove(conn, _stored(ns_kind, rec2), None)
-                done += 1
-        return done
+def _phase(cur: Stored) -> str | None:
+    status = cur.row["status"]
+    return status.get("phase") if isinstance(status, dict) else None
 
 
 def _graceful_pod(cur: Stored, grace: int | None) -> int | None:
-    """Pods already on a node get a grace period for their agent to stop them; others go now."""
-    if cur.kind.kind != "Pod" or not (cur.row["spec"] or {}).get("nodeName"):
-        return None
-    if grace is None:
-        grace = int((cur.row["spec"] or {}).get("terminationGracePeriodSeconds", 30))
-    return grace if grace > 0 else None
+    """The grace period a deleted pod is given for its agent to stop it, None if it goes now."""
+    return graceful_seconds(cur.kind.kind, cur.row["spec"], _phase(cur), grace)
 
 
 # The one-object and the batched statement of each group-committed write.

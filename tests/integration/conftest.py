@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +14,7 @@ import capability
 import psycopg
 import pytest
 import redis
-from plane import Plane
+from plane import ROOT, Plane
 
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable
 from agent.runtime.cgroups import detect as detect_cgroups
@@ -51,3 +54,38 @@ def cgroups() -> Iterator[Cgroups]:
     yield found
     found.remove("")
     assert not any(base.exists() for base in found.bases.values())
+
+
+@pytest.fixture(scope="module")
+def controllers(api_server: Any, stop_all: Any) -> Iterator[None]:
+    """A dispatcher and a Celery worker beside the session's API server running the garbage
+    collector and the namespace controller only, for the module's tests of what they finish:
+    cascades, foreground deletion, namespace deletion. (The workload controllers would act on
+    the tests' hand-made trees.)"""
+    env = {**os.environ, **api_server.env, "PYTHONUNBUFFERED": "1",
+           "QM_CONTROLLERS": "Garbage,Namespace"}  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "workers.dispatch"], cwd=ROOT, env=env),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "worker",
+                "--loglevel=WARNING",
+                "--concurrency=2",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=env,
+        ),
+    ]
+    time.sleep(2.0)  # both listening before the first delete
+    try:
+        assert all(p.poll() is None for p in procs), "the dispatcher or the worker exited"
+        yield
+    finally:
+        stop_all(procs)

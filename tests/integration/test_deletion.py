@@ -1,5 +1,6 @@
 """Deletion through the API: finalizers, graceful pod termination and ownerReference cascades
-(background, orphan, foreground), plus hand-made SQL changes surfacing through GET and watch.
+(background, orphan, foreground; the cascades carried out by the garbage collector controller),
+plus hand-made SQL changes surfacing through GET and watch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def path(plural: str, name: str = "") -> str:
 
 
 @pytest.fixture(scope="module")
-def http(api_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
+def http(api_server, controllers) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
     headers = {"Authorization": f"Bearer {api_server.token}"}
     with httpx.Client(base_url=api_server.url, headers=headers, timeout=30.0) as c:
         r = c.post(
@@ -43,7 +44,7 @@ def db(pg_url: str) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def eventually(check: Callable[[], bool], timeout: float = 6.0, what: str = "") -> None:
+def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -236,9 +237,14 @@ def test_background_cascade_deletes_all_dependents(http, db) -> None:
         " AND name LIKE 'bg%%' ORDER BY id",
         (NS,),
     ).fetchall()
-    assert sorted(audited) == sorted(
-        [("Deployment", "bg"), ("ReplicaSet", "bg-rs"), ("Pod", "bg-rs-0"), ("Pod", "bg-rs-1")]
-    )
+    # (The Deployment controller, running here, may have made and lost objects of its own.)
+    expected = {
+        ("Deployment", "bg"),
+        ("ReplicaSet", "bg-rs"),
+        ("Pod", "bg-rs-0"),
+        ("Pod", "bg-rs-1"),
+    }
+    assert expected <= set(audited)
 
 
 def test_default_propagation_is_background(http) -> None:
@@ -308,11 +314,13 @@ def test_foreground_waits_for_dependents(http) -> None:
     eventually(lambda: gone(http, "deployments", "fg"), what="the foreground owner to go")
 
 
-def test_foreground_without_blockers_finishes_at_once(http) -> None:
+def test_foreground_without_blockers_finishes_without_waiting(http) -> None:
     t = tree(http, "fgnow")
     r = http.delete(path("deployments", "fgnow"), params={"propagationPolicy": "Foreground"})
     assert r.status_code == 200, r.text
-    assert r.json()["status"] == "Success"
+    # As in Kubernetes: the owner is shown waiting, and goes once the collector removed its
+    # dependents.
+    assert r.json()["metadata"]["finalizers"] == ["foregroundDeletion"]
     for plural, name in names(t):
         eventually(lambda p=plural, n=name: gone(http, p, n), what=f"{plural}/{name} to go")
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from workers.controllers import cronjob as cronjob_controller
-from workers.controllers import deployment, disruption, quota, reclaim, replicaset
+from workers.controllers import (
+    deployment,
+    disruption,
+    garbage,
+    namespace,
+    quota,
+    reclaim,
+    replicaset,
+)
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
 Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
 
-CONTROLLERS: dict[str, Controller] = {
+ALL: dict[str, Controller] = {
     "ReplicaSet": replicaset.reconcile_key,
     "Deployment": deployment.reconcile_key,
     "PodDisruptionBudget": disruption.reconcile_key,
@@ -20,7 +29,14 @@ CONTROLLERS: dict[str, Controller] = {
     "CronJob": cronjob_controller.reconcile_key,
     "ResourceQuota": quota.reconcile_key,
     "Node": reclaim.reconcile_key,  # batch-allocatable from usage (ADR 0021)
+    "Namespace": namespace.reconcile_key,  # empties a deleted namespace (ADR 0032)
+    garbage.KIND: garbage.reconcile_key,  # an owner's dependents, by owner uid (ADR 0032)
 }
+
+# ``QM_CONTROLLERS``: the keys' kinds whose controllers run, comma-separated (all when unset),
+# as kube-controller-manager's ``--controllers``. Read by the workers and the dispatcher alike.
+_ONLY = [k for k in os.environ.get("QM_CONTROLLERS", "").split(",") if k]
+CONTROLLERS = {k: c for k, c in ALL.items() if not _ONLY or k in _ONLY}
 
 # Kinds a tick of their own covers in bulk (the reclaim sweep: every node every 10 s), so the
 # resync and the dispatcher's initial list leave them out: queued one key each, 10,000 nodes
@@ -36,6 +52,7 @@ _TABLES = {
     "CronJob": "cronjobs",
     "ResourceQuota": "resourcequotas",
     "Node": "nodes",
+    "Namespace": "namespaces",
 }
 
 
@@ -44,8 +61,10 @@ async def list_keys(rt: Runtime, kinds: tuple[str, ...] = ()) -> list[tuple[str,
     pool = await rt.pool()
     keys: list[tuple[str, str, str]] = []
     for kind, table in _TABLES.items():
-        if kinds and kind not in kinds:
+        if (kinds and kind not in kinds) or kind not in CONTROLLERS:
             continue
         for r in await pool.fetch(f"SELECT namespace, name FROM {table}"):
             keys.append((kind, r["namespace"], r["name"]))
+    if (not kinds or garbage.KIND in kinds) and garbage.KIND in CONTROLLERS:
+        keys.extend(await garbage.waiting_keys(rt))
     return keys

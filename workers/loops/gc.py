@@ -1,10 +1,12 @@
-"""Garbage collection of orphans: objects every one of whose owners is gone.
+"""The cluster-wide scan for orphans: objects every one of whose owners is gone.
 
-Deleting an owner already deletes its dependents in the same transaction (background
-propagation), waits for them (foreground, finished by the API's deletion sweeper) or strips the
-reference (orphan propagation): see ``app.store.store``. What is left to collect here are
-dependents that name owners which no longer exist by another road: created with a reference to
-an owner that was deleted a moment before, restored from a backup, written by hand in SQL.
+The garbage collector controller (``workers/controllers/garbage.py``) follows owners it sees
+go in the revision stream and deletes their dependents in batches. This scan is its safety net
+for what the stream cannot show it: dependents created with a reference to an owner deleted a
+moment before, owners deleted while no dispatcher was running (a relist shows only what is
+alive), rows restored from a backup or written by hand in SQL. It stays a singleton loop rather
+than a keyed controller because it has no key: it is one query over every table, with memory
+across passes (ADR 0032).
 
 An object is collected only when it was found ownerless on two passes in a row, so a dependent
 whose owner is being created in a concurrent transaction is never mistaken for an orphan.
@@ -19,18 +21,11 @@ from dataclasses import dataclass, field
 
 from app.core import errors
 from app.core.kinds import KINDS, Kind
+from app.store.sql import owner_exists
+from workers.controllers.garbage import ACTOR
 from workers.loops import Context
 
 log = logging.getLogger(__name__)
-ACTOR = "system:quaymaster-garbage-collector"
-_UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-
-
-def _owner_exists(ref: str) -> str:
-    tables = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {k.table} WHERE uid = ({ref}->>'uid')::uuid)" for k in KINDS
-    )
-    return f"(CASE WHEN {ref}->>'uid' ~ '{_UUID}' THEN ({tables}) ELSE false END)"
 
 
 def orphans_sql(kind: Kind) -> str:
@@ -40,7 +35,7 @@ def orphans_sql(kind: Kind) -> str:
         " WHERE t.owner_references <> '[]'::jsonb AND t.deletion_timestamp IS NULL"
         " AND jsonb_typeof(t.owner_references) = 'array'"
         f" AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(t.owner_references) r"
-        f" WHERE {_owner_exists('r')}) LIMIT $1"
+        f" WHERE {owner_exists('r')}) LIMIT $1"
     )
 
 
