@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from app.core.controllers.plan import Outcome
 from workers.controllers import cronjob as cronjob_controller
 from workers.controllers import deployment, disruption, quota, reclaim, replicaset
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
-Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
+# ``reconcile_key(rt, namespace, name, now)``: hold the key's lock, read, plan, apply with
+# ``workers.controllers.apply.apply_plan`` and return its outcome (``workers.tasks`` settles it).
+Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, Outcome]]
 
 CONTROLLERS: dict[str, Controller] = {
     "ReplicaSet": replicaset.reconcile_key,
