@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from app.core.errors import Gone
 from app.store.db import stream_database_url
 from app.stream.informer import Change, LogInformer
+from workers import metrics
 from workers.controllers import CONTROLLERS
 
 log = logging.getLogger(__name__)
@@ -75,13 +76,15 @@ async def run(stop: asyncio.Event) -> None:
         try:
             rev, items = await informer.list()
             index = NamespaceIndex()
+            metrics.RELISTS.inc()
             for kind, namespace, name in keys_of(items, index):  # everything there now, once
-                enqueue(kind, namespace, name)
+                _count(enqueue(kind, namespace, name))
             batches = informer.changes(rev)
             try:
                 async for batch in batches:
+                    metrics.CHANGES.inc(len(batch))
                     for kind, namespace, name in keys_of(batch, index):
-                        enqueue(kind, namespace, name)
+                        _count(enqueue(kind, namespace, name))
                     if stop.is_set():
                         break
             finally:
@@ -91,6 +94,10 @@ async def run(stop: asyncio.Event) -> None:
         except OSError as exc:
             log.warning("dispatcher: %s; retrying in 1 s", exc)
             await asyncio.sleep(1.0)
+
+
+def _count(enqueued: bool) -> None:
+    (metrics.ENQUEUED if enqueued else metrics.SKIPPED).inc()
 
 
 def main() -> None:
@@ -104,6 +111,7 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        await metrics.serve_registry("QM_DISPATCH_METRICS_PORT", metrics.DISPATCH)
         task = asyncio.create_task(run(stop))
         await stop.wait()
         task.cancel()

@@ -26,6 +26,7 @@ import asyncpg
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
 from app.store.store import Store
+from workers import metrics
 from workers.loops import Context, Loop
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Manager:
 
     def _on_change(self, leading: bool) -> None:
         self.term += 1
+        metrics.LEADING.set(1.0 if leading else 0.0)
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self.lease.run(stop, self._on_change))]
@@ -75,10 +77,13 @@ class Manager:
                 try:
                     await loop.tick(self.ctx)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    metrics.TICK_ERRORS.labels(loop.name).inc()
                     log.warning("loop %s: %s; retrying", loop.name, exc)
                 except Exception:
+                    metrics.TICK_ERRORS.labels(loop.name).inc()
                     log.exception("loop %s failed; retrying", loop.name)
                 took = time.monotonic() - started
+                metrics.TICKS.labels(loop.name).observe(took)
                 if took > loop.interval:
                     log.info("loop %s took %.2fs (interval %.2fs)", loop.name, took, loop.interval)
             with contextlib.suppress(TimeoutError):
@@ -117,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         pool = await create_pool(database_url(), min_size=1, max_size=4)
+        await metrics.serve_registry("QM_MANAGER_METRICS_PORT", metrics.MANAGER)
         lease = LeaderLease(
             pool,
             args.identity,
