@@ -14,6 +14,7 @@ import os
 import zlib
 
 from celery import Celery
+from celery.signals import worker_init
 from kombu import Exchange, Queue
 
 QUEUES = int(os.environ.get("QM_RECONCILE_QUEUES", "4"))
@@ -65,3 +66,13 @@ app.conf.update(
         "reclaim": {"task": "workers.tasks.reclaim_sweep", "schedule": RECLAIM_SECONDS},
     },
 )
+
+
+@worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    """The main process serves every worker's counts (``workers.metrics``), if asked to."""
+    from workers import metrics
+
+    port = metrics.port_from_env("QM_WORKER_METRICS_PORT")
+    if port is not None:
+        metrics.serve_workers(port)

@@ -23,6 +23,7 @@ from app.core.kinds import KINDS
 from app.process import configure_logging, run_until_stopped
 from app.store.db import stream_database_url
 from app.stream.informer import Change, LogInformer
+from workers import metrics
 from workers.controllers import CONTROLLERS, TICKED
 from workers.controllers.garbage import KIND as GARBAGE
 
@@ -103,13 +104,15 @@ async def run(stop: asyncio.Event) -> None:
         try:
             rev, items = await informer.list()
             index = NamespaceIndex()
+            metrics.RELISTS.inc()
             for kind, namespace, name in keys_of(items, index, listed=True):  # all there is, once
-                enqueue(kind, namespace, name)
+                _count(enqueue(kind, namespace, name))
             batches = informer.changes(rev)
             try:
                 async for batch in batches:
+                    metrics.CHANGES.inc(len(batch))
                     for kind, namespace, name in keys_of(batch, index):
-                        enqueue(kind, namespace, name)
+                        _count(enqueue(kind, namespace, name))
                     if stop.is_set():
                         break
             finally:
@@ -121,9 +124,18 @@ async def run(stop: asyncio.Event) -> None:
             await asyncio.sleep(1.0)
 
 
+def _count(enqueued: bool) -> None:
+    (metrics.ENQUEUED if enqueued else metrics.SKIPPED).inc()
+
+
 def main() -> None:
     configure_logging()
-    run_until_stopped(run, grace=0)  # blocked on the stream, with nothing to put away
+    run_until_stopped(_serve_and_run, grace=0)  # blocked on the stream, with nothing to put away
+
+
+async def _serve_and_run(stop: asyncio.Event) -> None:
+    await metrics.serve_registry("QM_DISPATCH_METRICS_PORT", metrics.DISPATCH)
+    await run(stop)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from app.process import Wait, configure_logging, run_until_stopped, wait_or_stop
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
 from app.store.store import Store
+from workers import metrics
 from workers.loops import Context, Loop
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Manager:
 
     def _on_change(self, leading: bool) -> None:
         self.term += 1
+        metrics.LEADING.set(1.0 if leading else 0.0)
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self.lease.run(stop, self._on_change))]
@@ -88,10 +90,13 @@ class Manager:
                 try:
                     await loop.tick(self.ctx)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    metrics.TICK_ERRORS.labels(loop.name).inc()
                     log.warning("loop %s: %s; retrying", loop.name, exc)
                 except Exception:
+                    metrics.TICK_ERRORS.labels(loop.name).inc()
                     log.exception("loop %s failed; retrying", loop.name)
                 took = self.ctx.monotonic() - started
+                metrics.TICKS.labels(loop.name).observe(took)
                 if took > loop.interval:
                     log.info("loop %s took %.2fs (interval %.2fs)", loop.name, took, loop.interval)
             await self._wait(stop, loop.interval)
@@ -122,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     async def go(stop: asyncio.Event) -> None:
         pool = await create_pool(database_url(), min_size=1, max_size=4)
+        await metrics.serve_registry("QM_MANAGER_METRICS_PORT", metrics.MANAGER)
         lease = LeaderLease(
             pool,
             args.identity,

@@ -4,6 +4,11 @@ process, the per-key lock, and the pending markers that deduplicate enqueued key
 * **At most one reconcile per key at a time.** A reconcile holds a PostgreSQL advisory lock on
   its key for its whole read-decide-write; a second worker that picks up the same key finds it
   taken and retries shortly, so it runs after the first with fresh state.
+* **A crash never overshoots.** While a reconcile creates children, every connection it uses
+  holds the key's *apply lock* (a shared advisory lock) from acquire to release. A worker
+  killed mid-create leaves its statement running in the database, holding that lock, until it
+  commits or rolls back; the next reconcile of the key takes the apply lock exclusively once
+  (``locked``) before it reads, so it counts what the dead one made.
 * **A burst of changes is one reconcile.** Enqueuing a key first sets a Redis marker
   (``SET NX``); while the marker exists, further changes to the key enqueue nothing. The
   reconcile clears the marker *before* it reads state, so a change made while it runs
@@ -14,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import asyncpg
 import redis
 
+from app.core.errors import TemporaryError
 from app.store.db import create_pool, database_url
 from app.store.store import Store
 
@@ -31,12 +38,48 @@ PENDING_PREFIX = "qm:pending:"
 PENDING_TTL = int(os.environ.get("QM_PENDING_TTL", "30"))
 
 
-class Busy(Exception):
-    """Another worker is reconciling this key right now."""
+BUSY_RETRY_SECONDS = 0.2
+
+
+class Busy(TemporaryError):
+    """Another worker is reconciling this key right now: try again shortly, after it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key} is being reconciled elsewhere", BUSY_RETRY_SECONDS)
 
 
 def key_text(kind: str, namespace: str, name: str) -> str:
     return f"{kind}/{namespace}/{name}"
+
+
+# The key whose children the running coroutine creates; set by ``creating``.
+_CREATING: contextvars.ContextVar[str | None] = contextvars.ContextVar("creating", default=None)
+_LOCKED: contextvars.ContextVar[str | None] = contextvars.ContextVar("locked", default=None)
+# The apply lock is the key's text hashed with another seed than the key lock's.
+_APPLY_LOCK = "hashtextextended($1, 8)"
+
+
+@contextlib.contextmanager
+def creating() -> Iterator[None]:
+    """Connections acquired in the block hold the locked key's apply lock (see the module);
+    outside a ``Runtime.locked`` block this does nothing."""
+    token = _CREATING.set(_LOCKED.get())
+    try:
+        yield
+    finally:
+        _CREATING.reset(token)
+
+
+async def _hold_apply_lock(conn: Any) -> None:
+    key = _CREATING.get()
+    if key is not None:
+        await conn.execute(f"SELECT pg_advisory_lock_shared({_APPLY_LOCK})", key)
+
+
+async def _release_apply_lock(conn: Any) -> None:
+    key = _CREATING.get()  # released in the task that acquired it, so the same context
+    if key is not None:
+        await conn.execute(f"SELECT pg_advisory_unlock_shared({_APPLY_LOCK})", key)
 
 
 class Runtime:
@@ -55,7 +98,12 @@ class Runtime:
             # Reconciles leave no session state behind (the key lock is released by ``locked``
             # itself), so connections skip the reset query: a round trip saved per use.
             self._pool = await create_pool(
-                database_url(), min_size=1, max_size=4, reset_sessions=False
+                database_url(),
+                min_size=1,
+                max_size=4,
+                reset_sessions=False,
+                setup=_hold_apply_lock,
+                reset=_release_apply_lock,
             )
         return self._pool
 
@@ -71,11 +119,21 @@ class Runtime:
 
     @contextlib.asynccontextmanager
     async def locked(self, key: str) -> AsyncIterator[None]:
-        """Hold the key's advisory lock for the block, or raise ``Busy``."""
+        """Hold the key's advisory lock for the block, or raise ``Busy``. Before the block
+        runs, statements a dead reconcile of the key left creating in the database are waited
+        for (the apply lock, taken once exclusively)."""
         async with self.locked_many([key]) as held:
             if not held:
                 raise Busy(key)
-            yield
+            pool = await self.pool()
+            await pool.execute(
+                f"SELECT pg_advisory_lock({_APPLY_LOCK}), pg_advisory_unlock({_APPLY_LOCK})", key
+            )
+            token = _LOCKED.set(key)
+            try:
+                yield
+            finally:
+                _LOCKED.reset(token)
 
     @contextlib.asynccontextmanager
     async def locked_many(self, keys: list[str]) -> AsyncIterator[set[str]]:

@@ -12,12 +12,13 @@ import time
 
 from celery import Task
 
+from app.core.controllers.plan import Outcome
 from workers.app import RECLAIM_CHUNK, app, queue_for, reconcile_queue
 from workers.controllers import CONTROLLERS, RESYNCED, list_keys, reclaim
-from workers.runtime import Busy, key_text, runtime
+from workers.outcome import failure_of, settle
+from workers.runtime import key_text, runtime
 
 log = logging.getLogger(__name__)
-BUSY_RETRY_SECONDS = 0.2
 MAX_REQUEUE_SECONDS = 60.0
 
 
@@ -38,15 +39,20 @@ def reconcile(self: Task, kind: str, namespace: str, name: str) -> None:
     if controller is None:
         log.warning("no controller for %s", key)
         return
+    started = time.monotonic()
     try:
-        requeue_after: float | None = rt.run(controller(rt, namespace, name, time.time()))
-    except Busy:
-        raise self.retry(countdown=BUSY_RETRY_SECONDS) from None
-    log.info(
-        "reconciled %s%s", key, "" if requeue_after is None else f", again in {requeue_after:.1f}s"
-    )
-    if requeue_after is not None:
-        _again(kind, namespace, name, requeue_after)
+        outcome = rt.run(controller(rt, namespace, name, time.time()))
+    except Exception as exc:
+        failure = failure_of(exc)
+        if failure is None:  # a bug: counted, then Celery logs it with its traceback
+            settle(kind, key, Outcome(), time.monotonic() - started, crashed=True)
+            raise
+        outcome = Outcome.failed(failure)
+    step = settle(kind, key, outcome, time.monotonic() - started)
+    if step.retry is not None:
+        raise self.retry(countdown=min(step.retry, MAX_REQUEUE_SECONDS))
+    if step.look is not None:
+        _again(kind, namespace, name, step.look)
 
 
 def _again(kind: str, namespace: str, name: str, after: float) -> None:

@@ -3,6 +3,11 @@
 Every failure a caller can act on is one of these classes; the API maps them to a Kubernetes
 ``kind: Status`` body and an HTTP code in exactly one place (``to_status``), and internal
 components use ``retryable`` / ``retry_after`` to decide whether to try again.
+
+Controllers need one more distinction than an HTTP code gives: what to do next. ``classify``
+sorts any failure into a ``Failure`` of one ``ErrorKind`` (permanent, temporary with a delay,
+conflict, refused by policy or quota, unschedulable with reasons) with the delay before the
+next try; ``workers.outcome`` maps those to Celery retries, Events and metrics, in one place.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -250,3 +256,85 @@ def watch_events(lines: Iterable[str], gone_code: int | None = None) -> Iterator
         if event.get("type") == "ERROR":
             raise from_status(event.get("object"), gone_code)
         yield event
+
+
+# -- what a controller does about a failure ------------------------------------------------
+
+
+class ErrorKind(StrEnum):
+    """The kinds of failure a controller must tell apart, by what it does next."""
+
+    PERMANENT = "permanent"  # trying again cannot help: say so and stop (the resync looks again)
+    TEMPORARY = "temporary"  # the database, the broker or the key's lock: try again after a delay
+    CONFLICT = "conflict"  # the object changed since it was read: re-read and try again soon
+    REFUSED = "refused"  # policy or quota said no: report it, keep the status, try again later
+    UNSCHEDULABLE = "unschedulable"  # no node fits: the reasons, counted, and a later look
+
+
+# Seconds before the next try, by kind (``retry_after`` on the error wins when it is given).
+CONFLICT_RETRY_SECONDS = 0.2
+TEMPORARY_RETRY_SECONDS = 1.0
+REFUSED_RETRY_SECONDS = 5.0
+UNSCHEDULABLE_RETRY_SECONDS = 5.0
+
+
+class TemporaryError(Exception):
+    """A failure that passes by itself: try again after ``delay`` seconds."""
+
+    def __init__(self, message: str, delay: float = TEMPORARY_RETRY_SECONDS) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class Unschedulable(StatusError):
+    """No node can take the object; ``reasons`` counts the nodes per rejection reason
+    (``{"insufficient cpu": 9990, "untolerated taint": 10}``)."""
+
+    def __init__(self, message: str, reasons: dict[str, int] | None = None) -> None:
+        StatusError.__init__(self, message, code=422, reason="Unschedulable")
+        self.reasons = dict(reasons or {})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure as a controller sees it: its kind, the seconds before the next try
+    (``None``: no retry of its own), what it said, and an unschedulable failure's reasons."""
+
+    kind: ErrorKind
+    message: str
+    delay: float | None = None
+    reasons: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def retries(self) -> bool:
+        return self.delay is not None
+
+
+_BY_STATUS_CLASS: tuple[tuple[type[StatusError], ErrorKind, float | None], ...] = (
+    (Unschedulable, ErrorKind.UNSCHEDULABLE, UNSCHEDULABLE_RETRY_SECONDS),
+    (Conflict, ErrorKind.CONFLICT, CONFLICT_RETRY_SECONDS),
+    (NotFound, ErrorKind.CONFLICT, CONFLICT_RETRY_SECONDS),  # read a moment ago: look again
+    (AlreadyExists, ErrorKind.CONFLICT, CONFLICT_RETRY_SECONDS),
+    (Forbidden, ErrorKind.REFUSED, REFUSED_RETRY_SECONDS),
+    (Unauthorized, ErrorKind.REFUSED, REFUSED_RETRY_SECONDS),
+)
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """The ``Failure`` an exception is, or ``None`` for one this taxonomy does not know (a
+    bug, or an I/O error the shell classifies: the core imports no driver)."""
+    if isinstance(exc, TemporaryError):
+        return Failure(ErrorKind.TEMPORARY, str(exc), exc.delay)
+    if not isinstance(exc, StatusError):
+        return None
+    for cls, kind, delay in _BY_STATUS_CLASS:
+        if isinstance(exc, cls):
+            reasons = tuple(sorted(exc.reasons.items())) if isinstance(exc, Unschedulable) else ()
+            return Failure(kind, exc.message, _delay(exc, delay), reasons)
+    if exc.retryable or exc.code >= 500:
+        return Failure(ErrorKind.TEMPORARY, exc.message, _delay(exc, TEMPORARY_RETRY_SECONDS))
+    return Failure(ErrorKind.PERMANENT, exc.message)
+
+
+def _delay(exc: StatusError, default: float | None) -> float | None:
+    return float(exc.retry_after) if exc.retry_after is not None else default

@@ -177,6 +177,29 @@ def _write_private(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
+# The metrics endpoints of the processes ``make up`` starts (the scheduler's is its own flag).
+METRICS_PORTS = {
+    "QM_WORKER_METRICS_PORT": 9461,
+    "QM_DISPATCH_METRICS_PORT": 9462,
+    "QM_MANAGER_METRICS_PORT": 9463,
+}
+_METRICS_OF = {
+    "worker": "QM_WORKER_METRICS_PORT",
+    "dispatcher": "QM_DISPATCH_METRICS_PORT",
+    "manager": "QM_MANAGER_METRICS_PORT",
+}
+
+
+def metrics_urls(env: dict[str, str], started: list[str]) -> str:
+    """``name http://127.0.0.1:port/metrics`` for every started process that serves them."""
+    shown = [
+        f"{name} http://{LOOPBACK}:{env[var]}/metrics"
+        for name, var in _METRICS_OF.items()
+        if name in started and int(env.get(var) or -1) >= 0
+    ]
+    return ", ".join(shown) or "none"
+
+
 def say(message: str) -> None:
     print(f"[up] {message}", flush=True)
 
@@ -223,6 +246,8 @@ class Stack:
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("QM_STREAM_DATABASE_URL", database_url)
+        for var, port in METRICS_PORTS.items():  # where each process serves /metrics
+            env.setdefault(var, str(port))
         env.setdefault("QM_USAGE_REDIS_URL", broker_url)  # the usage store (ADR 0020)
         # The secret the API server shows the agents' log servers (ADR 0019); one per run.
         env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
@@ -270,6 +295,7 @@ class Stack:
             f"  Broker:      {broker_url}\n"
             f"  CLI config:  {config_path}\n"
             f"  Token:       {token_location}\n"
+            f"  Metrics:     {metrics_urls(env, started)}\n"
             f"  Running:     {', '.join(started)}"
             + (f"  (not present yet: {', '.join(skipped)})" if skipped else "")
             + "\n\nCtrl-C to stop.",

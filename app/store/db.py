@@ -9,6 +9,8 @@ the change stream needs a direct connection, ``QM_STREAM_DATABASE_URL`` (default
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -47,19 +49,27 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(
-    url: str, min_size: int = 2, max_size: int = 20, *, reset_sessions: bool = True
+    url: str,
+    min_size: int = 2,
+    max_size: int = 20,
+    *,
+    reset_sessions: bool = True,
+    setup: Callable[[Any], Coroutine[Any, Any, None]] | None = None,
+    reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
     """A pool of request connections (safe behind PgBouncer when ``QM_PGBOUNCER`` is set).
 
     By default a connection's session is reset when it returns to the pool (one more round
     trip per use). A process whose code leaves no session state behind (no ``SET``, ``LISTEN``
-    or advisory lock outliving its block) passes ``reset_sessions=False``."""
+    or advisory lock outliving its block) passes ``reset_sessions=False``. ``setup`` runs on
+    every acquire and ``reset`` (instead of the reset query) on every release."""
     pool = await asyncpg.create_pool(
         url,
         min_size=min_size,
         max_size=max_size,
         init=_init,
-        reset=None if reset_sessions else _keep_session,
+        setup=setup,
+        reset=reset or (None if reset_sessions else _keep_session),
         statement_cache_size=0 if behind_pgbouncer() else 256,
         server_settings={"application_name": "quaymaster", "TimeZone": "UTC"},
     )

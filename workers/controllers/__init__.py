@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from app.core.controllers.plan import Outcome
 from workers.controllers import cronjob as cronjob_controller
 from workers.controllers import (
     deployment,
@@ -19,7 +20,9 @@ from workers.controllers import (
 from workers.controllers import job as job_controller
 from workers.runtime import Runtime
 
-Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, float | None]]
+# ``reconcile_key(rt, namespace, name, now)``: hold the key's lock, read, plan, apply with
+# ``workers.controllers.apply.apply_plan`` and return its outcome (``workers.tasks`` settles it).
+Controller = Callable[[Runtime, str, str, float], Coroutine[Any, Any, Outcome]]
 
 ALL: dict[str, Controller] = {
     "ReplicaSet": replicaset.reconcile_key,

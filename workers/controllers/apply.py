@@ -1,31 +1,71 @@
-"""Applying a controller's plan with the store: the same admission and version rules as the API.
+"""The one plan applier: every controller shell turns its plan into writes here, with the same
+admission and version rules as the API, and gets back an ``Outcome`` instead of an exception it
+would have to sort out itself.
 
-Creates of one plan are one statement, so a worker killed mid-reconcile leaves all of them or
-none; the next reconcile re-reads the state and sees what is there. Deletes name the uid they
-mean. The owner's status is written conditionally on the version the reconcile read; losing
-that race just means the next reconcile (already enqueued by the change that won) writes it.
+Order and rules:
+
+1. **Creates**, one statement per kind (a worker killed mid-apply leaves all of a kind's
+   children or none; the next reconcile re-reads and sees what is there). A refused batch
+   (quota, 403) is halved until a part fits, so the refusal costs the plan only what does not
+   fit; the next try asks for the rest. A shell with a faster way to create (the Job's
+   parallel pod streams) passes its own ``Creator``, which reports through the same types.
+2. **Deletes** name the uid they mean; one already gone, or replaced by a namesake, is done.
+3. **Updates**, conditional on the ``resourceVersion`` read.
+4. **The owner's status**, conditional on the version the reconcile read, and only when every
+   other write of the plan happened: a status computed from children that were refused (a
+   CronJob's ``lastScheduleTime``, a Job's counts) must not be written; the next reconcile,
+   which the failure's retry brings soon, writes the status of what exists then.
+5. **Events**: the plan's, except that ``SuccessfulCreate`` is kept only when every child it
+   announces exists, plus one Event per failure worth telling (``workers.outcome``).
+
+Every failure on the way is classified by ``workers.outcome.failure_of`` and carried in the
+outcome; only errors outside the taxonomy (bugs) propagate. The task
+(``workers.tasks.reconcile``) turns the outcome into a retry, a timed look and metrics.
+
+The barrier in ``workers.runtime.Runtime.locked`` keeps a crash from overshooting: a statement
+still running in the database for a killed worker holds the key's apply lock until it ends, so
+the next reconcile reads only after it committed or rolled back.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import random
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from app.core.admission import admit
-from app.core.controllers.plan import Plan, is_at_most_one
-from app.core.errors import AlreadyExists, Conflict, Forbidden, NotFound
+from app.core.controllers.plan import Note, Outcome, Plan, is_at_most_one
+from app.core.errors import AlreadyExists, Conflict, Failure, NotFound, StatusError
 from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
+from workers.outcome import failure_note, failure_of
+from workers.runtime import creating
 
 ACTOR = "system:quaymaster-controller"
+CREATED = "SuccessfulCreate"
 _rng = random.SystemRandom()
 
+Obj = dict[str, Any]
 
-def _named(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+
+@dataclasses.dataclass(frozen=True)
+class Created:
+    """What one create step did: children created, and the failure that stopped the rest."""
+
+    made: int
+    failure: Failure | None = None
+
+
+# Creates the plan's children of one kind; must not raise a StatusError (report it instead).
+Creator = Callable[[Store, Kind, list[Obj]], Awaitable[Created]]
+
+
+def named(kind: Kind, obj: Obj) -> Obj:
     meta = obj.setdefault("metadata", {})
     if not meta.get("name"):
         meta["name"] = generate_name(
@@ -34,7 +74,7 @@ def _named(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def with_version(stored: Stored) -> dict[str, Any]:
+def with_version(stored: Stored) -> Obj:
     """The object as a controller reads it: ``resourceVersion`` is the row version, which is
     what a conditional update of it must name."""
     obj = dict(stored.obj)
@@ -51,57 +91,141 @@ async def fencing_epoch(store: Store) -> int:
     return int(await store.pool.fetchval("SELECT pg_current_xact_id()::text::bigint"))
 
 
-async def _create(store: Store, owner: Stored, kind: Kind, batch: list[dict[str, Any]]) -> None:
-    """Create ``batch`` in one statement. A quota refuses a batch whole, so a refused batch is
-    halved until a part fits (the next reconcile asks for the rest), and the refusal is told on
-    the owner as a Warning Event ``FailedCreate``, in Kubernetes' words."""
-    refused: Forbidden | None = None
-    shown = batch[0]["metadata"].get("generateName") or batch[0]["metadata"]["name"]
+async def insert(store: Store, kind: Kind, batch: list[Obj]) -> tuple[list[Stored], Failure | None]:
+    """Insert admitted ``batch`` in one statement. A quota refuses a batch whole, so a refused
+    batch is halved until a part fits; returns what was made and the first refusal. Names
+    that exist already are skipped by the store (a replay creates nothing twice)."""
+    refused: Failure | None = None
     while batch:
         try:
-            await store.create_many(kind, batch)
-            break
+            return await store.create_many(kind, batch), refused
         except AlreadyExists:
-            break
-        except Forbidden as exc:
-            refused = refused or exc
+            return [], refused
+        except StatusError as exc:
+            failure = failure_of(exc)
+            assert failure is not None  # every StatusError is classified
+            refused = refused or failure
+            if failure.kind != "refused":
+                return [], refused
             batch = batch[: len(batch) // 2]
-    if refused is not None:
-        message = f'Error creating: {kind.plural} "{shown}" is forbidden: {refused.message}'
-        note = EventNote(ObjectRef.of(owner.obj), "FailedCreate", message, "Warning")
-        await record_events(store.pool, [note], datetime.now(UTC))
+    return [], refused
 
 
-async def apply_plan(store: Store, owner: Stored, plan: Plan) -> None:
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    fenced = [o for o in plan.creates if o["kind"] == "Pod" and is_at_most_one(o)]
+async def create_children(store: Store, kind: Kind, objs: list[Obj]) -> Created:
+    """The default ``Creator``: full admission of every child, then one statement."""
+    try:
+        admitted = [admit(kind, named(kind, dict(o)), None) for o in objs]
+    except StatusError as exc:  # a template admission rejects: no child of it can be made
+        return Created(0, failure_of(exc))
+    made, failure = await insert(store, kind, admitted)
+    return Created(len(made), failure)
+
+
+async def apply_plan(
+    store: Store,
+    owner: Stored,
+    plan: Plan,
+    *,
+    now: float | None = None,
+    creators: dict[str, Creator] | None = None,
+    actor: str = ACTOR,
+) -> Outcome:
+    """Apply ``plan`` for ``owner``; what happened, failures included (see the module)."""
+    wall = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    failures: list[Failure] = []
+    notes: list[Note] = []
+    created = 0
+    await _fence(store, plan.creates)
+    for kind_name, objs in _by_kind(plan.creates).items():
+        kind = BY_KIND[kind_name]
+        create = (creators or {}).get(kind_name, create_children)
+        with creating():
+            step = await create(store, kind, objs)
+        created += step.made
+        if step.failure is not None:
+            failures.append(step.failure)
+            notes += _note("create", kind, _shown(objs[0]), step.failure)
+    deleted = 0
+    for d in plan.deletes:
+        try:
+            await store.delete(
+                BY_KIND[d.kind], d.namespace, d.name, expected_uid=d.uid, actor=actor
+            )
+            deleted += 1
+        except (NotFound, Conflict):
+            pass  # gone already, or the name is another object's now: nothing of ours to delete
+        except StatusError as exc:
+            failures += _failed(exc, notes, "delete", BY_KIND[d.kind], d.name)
+    for obj in plan.updates:
+        kind = BY_KIND[obj["kind"]]
+        expected = int(obj["metadata"]["resourceVersion"])
+        try:
+            await store.update(kind, admit(kind, dict(obj), None), expected, actor=actor)
+        except StatusError as exc:
+            failures += _failed(exc, notes, "update", kind, obj["metadata"]["name"])
+    status_written, gone = False, False
+    if plan.status is not None and not failures:
+        image = dict(owner.obj)
+        image["status"] = plan.status
+        try:
+            await store.update_status(owner.kind, image, owner.row_version)
+            status_written = True
+        except NotFound:
+            gone = True
+        except StatusError as exc:
+            failures += _failed(exc, notes, "update status of", owner.kind, owner.row["name"])
+    wanted = len(plan.creates)
+    events = [n for n in plan.events if n.reason != CREATED or (created == wanted and wanted)]
+    if 0 < created < wanted:
+        events.append(Note(CREATED, f"Created {created} of {wanted} {_plural(plan)}"))
+    await _record(store, owner, [*events, *notes], wall)
+    return Outcome(
+        wanted, created, deleted, status_written, tuple(failures), plan.requeue_after, gone
+    )
+
+
+def _failed(exc: StatusError, notes: list[Note], verb: str, kind: Kind, name: str) -> list[Failure]:
+    failure = failure_of(exc)
+    assert failure is not None
+    notes += _note(verb, kind, name, failure)
+    return [failure]
+
+
+def _note(verb: str, kind: Kind, shown: str, failure: Failure) -> list[Note]:
+    note = failure_note(verb, kind, shown, failure)
+    return [] if note is None else [note]
+
+
+def _by_kind(objs: tuple[Obj, ...]) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {}
+    for obj in objs:
+        out.setdefault(obj["kind"], []).append(obj)
+    return out
+
+
+def _shown(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("generateName") or meta.get("name") or "")
+
+
+def _plural(plan: Plan) -> str:
+    kinds = {o["kind"] for o in plan.creates}
+    return BY_KIND[kinds.pop()].plural if len(kinds) == 1 else "objects"
+
+
+async def _fence(store: Store, creates: tuple[Obj, ...]) -> None:
+    fenced = [o for o in creates if o["kind"] == "Pod" and is_at_most_one(o)]
     if fenced:
         epoch = await fencing_epoch(store)
         for obj in fenced:
             obj["spec"] = {**obj["spec"], "fencingEpoch": epoch}
-    for obj in plan.creates:
-        by_kind.setdefault(obj["kind"], []).append(obj)
-    for kind_name, objs in by_kind.items():
-        kind = BY_KIND[kind_name]
-        await _create(store, owner, kind, [admit(kind, _named(kind, dict(o)), None) for o in objs])
-    for d in plan.deletes:
-        with contextlib.suppress(NotFound, Conflict):
-            await store.delete(
-                BY_KIND[d.kind], d.namespace, d.name, expected_uid=d.uid, actor=ACTOR
-            )
-    for obj in plan.updates:
-        kind = BY_KIND[obj["kind"]]
-        expected = int(obj["metadata"]["resourceVersion"])
-        with contextlib.suppress(NotFound, Conflict):
-            await store.update(kind, admit(kind, dict(obj), None), expected, actor=ACTOR)
-    if plan.status is not None:
-        image = dict(owner.obj)
-        image["status"] = plan.status
-        with contextlib.suppress(NotFound, Conflict):
-            await store.update_status(owner.kind, image, owner.row_version)
-    if plan.events:
+
+
+async def _record(store: Store, owner: Stored, notes: list[Note], wall: datetime) -> None:
+    if notes:
         ref = ObjectRef.of(owner.obj)
-        notes = [
-            EventNote(ref, n.reason, n.message, n.type, distinct=n.distinct) for n in plan.events
-        ]
-        await record_events(store.pool, notes, datetime.now(UTC))
+        await record_events(
+            store.pool,
+            [EventNote(ref, n.reason, n.message, n.type, distinct=n.distinct) for n in notes],
+            wall,
+        )

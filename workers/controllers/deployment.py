@@ -4,6 +4,7 @@ apply."""
 from __future__ import annotations
 
 from app.core.controllers import deployment
+from app.core.controllers.plan import Outcome
 from app.core.errors import NotFound
 from app.core.kinds import BY_KIND
 from workers.controllers.apply import apply_plan, with_version
@@ -14,13 +15,13 @@ RS = BY_KIND["ReplicaSet"]
 POD = BY_KIND["Pod"]
 
 
-async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
+async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> Outcome:
     async with rt.locked(key_text("Deployment", namespace, name)):
         store = await rt.store()
         try:
             dep = await store.get(DEPLOYMENT, namespace, name)
         except NotFound:
-            return None
+            return Outcome(gone=True)
         replicasets = await store.owned(RS, namespace, [dep.uid])
         pods = await store.owned(POD, namespace, [rs.uid for rs in replicasets])
         plan = deployment.reconcile(
@@ -29,5 +30,4 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
             [p.obj for p in pods],
             now,
         )
-        await apply_plan(store, dep, plan)
-        return plan.requeue_after
+        return await apply_plan(store, dep, plan, now=now)

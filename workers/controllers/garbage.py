@@ -14,6 +14,8 @@ dependents get a key of their own from the stream.
 from __future__ import annotations
 
 from app.core.controllers import garbage as core
+from app.core.controllers.plan import Outcome
+from app.core.errors import Failure
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.store import collect, sql
 from app.store.store import Stored
@@ -33,16 +35,17 @@ def view(owner: Stored | None) -> core.OwnerView | None:
     return core.OwnerView(owner.deleting, tuple(owner.row["finalizers"] or ()), grace)
 
 
-async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
+async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> Outcome:
     kind_name, uid = core.parse_key_name(name)
     kind = BY_KIND.get(kind_name)
     if kind is None:
-        return None
+        return Outcome()
     async with rt.locked(key_text(KIND, namespace, name)):
         store = await rt.store()
         owner = await store.get_by_uid(kind, uid)
         what = core.intent(view(owner))
         swept = core.Swept(more=False, left=0)
+        failures: tuple[Failure, ...] = ()
         if what in (core.Intent.COLLECT, core.Intent.FOREGROUND):
             scope = namespace if kind.namespaced else None
 
@@ -55,10 +58,11 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
             if left is None:
                 left = await collect.dependents_left(store.pool, uid)
             swept = core.Swept(out.more, left, missed=out.missed > 0)
+            failures = tuple(out.failures)
         plan = core.after_sweep(what, swept)
         if plan.finish:
             await store.finish_deletion(kind, uid, actor=ACTOR)
-        return plan.requeue_after
+        return Outcome(failures=failures, requeue_after=plan.requeue_after)
 
 
 async def waiting_keys(rt: Runtime) -> list[tuple[str, str, str]]:

@@ -5,8 +5,9 @@ only the few pods the plan deletes. Writing pods: thousands per reconcile, so ad
 once per plan, not once per pod. The first pod goes through full admission; the others are
 stamped from the admitted result and differ from it only in what the controller generated
 itself (the name, from a valid prefix, and an Indexed pod's index label and annotation, a
-decimal number), so admitting them again could not find anything new. A quota refusal (403) is
-recorded as a ``FailedCreate`` Event and retried a few seconds later.
+decimal number), so admitting them again could not find anything new. Errors take the one
+path every controller's do (``workers.controllers.apply``): a quota refusal (403) becomes a
+``FailedCreate`` Event, no status write, and a retry a few seconds later.
 """
 
 from __future__ import annotations
@@ -16,24 +17,23 @@ import dataclasses
 import logging
 import os
 import random
-from datetime import UTC, datetime
 from typing import Any
 
 from app.core.admission import admit
 from app.core.controllers import job as core
+from app.core.controllers.plan import Note, Outcome
 from app.core.errors import NotFound, StatusError
-from app.core.kinds import BY_KIND
+from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.store import jobs as job_reads
-from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store
-from workers.controllers.apply import apply_plan, with_version
+from workers.controllers.apply import Created, apply_plan, insert, with_version
+from workers.outcome import failure_of
 from workers.runtime import Runtime, key_text
 
 log = logging.getLogger(__name__)
 JOB = BY_KIND["Job"]
 POD = BY_KIND["Pod"]
-FORBIDDEN_RETRY_SECONDS = 5.0
 # The worker's pool has 4 connections and the key's advisory lock holds one.
 CREATE_STREAMS = 3
 MIN_CHUNK = 250
@@ -48,16 +48,16 @@ def limits() -> core.Limits:
     )
 
 
-async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
+async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> Outcome:
     async with rt.locked(key_text("Job", namespace, name)):
         store = await rt.store()
         try:
             stored = await store.get(JOB, namespace, name)
         except NotFound:
-            return None
+            return Outcome(gone=True)
         job = with_version(stored)
         if core.is_deleting(job):
-            return None
+            return Outcome()
         template_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
         summary = await job_reads.summarise(
             store.pool,
@@ -69,19 +69,9 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> f
         wanted = min(core.deletions_wanted(job, summary, now), limits().create_batch)
         candidates = await job_reads.deletion_candidates(store.pool, namespace, stored.uid, wanted)
         plan = core.reconcile(job, summary, [c.obj for c in candidates], now, limits())
-        notes = [EventNote(ObjectRef.of(job), *e) for e in core.events(job, plan)]
-        requeue = plan.requeue_after
-        try:
-            await create_pods(store, plan.creates)
-        except StatusError as exc:
-            if exc.code != 403:
-                raise
-            notes = [EventNote(ObjectRef.of(job), "FailedCreate", str(exc), "Warning")]
-            plan = dataclasses.replace(plan, status=None)  # counts assumed the creates
-            requeue = FORBIDDEN_RETRY_SECONDS
-        await apply_plan(store, stored, dataclasses.replace(plan, creates=()))
-        await record_events(store.pool, notes, datetime.fromtimestamp(now, UTC))
-        return requeue
+        notes = tuple(Note(*e) for e in core.events(job, plan))
+        plan = dataclasses.replace(plan, events=(*plan.events, *notes))
+        return await apply_plan(store, stored, plan, now=now, creators={"Pod": create_pods})
 
 
 def stamp(admitted: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
@@ -99,35 +89,48 @@ def stamp(admitted: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def create_pods(store: Store, pods: tuple[dict[str, Any], ...]) -> int:
-    """Create the plan's pods; returns how many were created.
+async def create_pods(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> Created:
+    """The Job's ``Creator``: the plan's pods in up to ``CREATE_STREAMS`` statements at once.
 
     Most of an insert's time is spent in PostgreSQL (the pods table's row triggers), so the
-    batch is cut into up to ``CREATE_STREAMS`` statements that run at once on separate
-    connections: each commits on its own, which is harmless since the next reconcile counts
-    whatever was created."""
+    batch is cut into chunks that run at once on separate connections. Each commits on its
+    own, which cannot overshoot: the next reconcile counts whatever was created, and it reads
+    only once every chunk has ended (the chunks' connections hold the key's apply lock, see
+    ``workers.runtime``; here, every chunk is awaited even when one fails)."""
     if not pods:
-        return 0
+        return Created(0)
     size = max(MIN_CHUNK, -(-len(pods) // CREATE_STREAMS))
     chunks = [pods[i : i + size] for i in range(0, len(pods), size)]
-    return sum(await asyncio.gather(*(_create_chunk(store, c) for c in chunks)))
+    results = await asyncio.gather(*(_create_chunk(store, kind, c) for c in chunks),
+                                   return_exceptions=True)  # fmt: skip
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r  # outside the taxonomy, or the connection died: after every chunk ended
+    done = [r for r in results if isinstance(r, Created)]
+    failure = next((r.failure for r in done if r.failure is not None), None)
+    return Created(sum(r.made for r in done), failure)
 
 
-async def _create_chunk(store: Store, pods: tuple[dict[str, Any], ...]) -> int:
+async def _create_chunk(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> Created:
     first = dict(pods[0])
     first["metadata"] = {**first["metadata"], "name": "x"}  # any valid name: replaced below
-    admitted = admit(POD, first, None)
+    try:
+        admitted = admit(kind, first, None)
+    except StatusError as exc:
+        return Created(0, failure_of(exc))
     admitted["metadata"].pop("generateName", None)
     todo = list(pods)
     created = 0
     for _ in range(NAME_ATTEMPTS):
         objs = [stamp(admitted, p) for p in todo]
-        made = await store.create_many(POD, objs)
+        made, failure = await insert(store, kind, objs)
         created += len(made)
+        if failure is not None:
+            return Created(created, failure)
         taken = {s.row["name"] for s in made}
         todo = [p for p, o in zip(todo, objs, strict=True) if o["metadata"]["name"] not in taken]
         if not todo:
             break
     if todo:
         log.info("%d pod names kept colliding; the next reconcile adds them", len(todo))
-    return created
+    return Created(created)

@@ -31,7 +31,7 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from app.core.controllers import reclaim as core
-from app.core.controllers.plan import parse_time
+from app.core.controllers.plan import Outcome, parse_time
 from app.core.errors import Conflict, NotFound
 from app.core.kinds import BY_KIND
 from app.core.priority import PRODUCTION_THRESHOLD
@@ -129,15 +129,15 @@ async def reconcile_nodes(rt: Runtime, names: list[str], now: float) -> dict[str
         return await _plan_and_apply(store, nodes, now)
 
 
-async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> float | None:
+async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> Outcome:
     del namespace  # nodes are cluster-scoped
     async with rt.locked(key_text("Node", "", name)):
         store = await rt.store()
         try:
             node = await store.get(NODE, "", name)
         except NotFound:
-            return None
-        return (await _plan_and_apply(store, [node], now)).get(name)
+            return Outcome(gone=True)
+        return Outcome(requeue_after=(await _plan_and_apply(store, [node], now)).get(name))
 
 
 async def _plan_and_apply(store: Store, nodes: list[Stored], now: float) -> dict[str, float]:

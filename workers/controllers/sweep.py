@@ -10,6 +10,7 @@ it the controller asks to be requeued at once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,19 +19,25 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from app.core.controllers.garbage import BATCH, Candidate, split
+from app.core.errors import Failure
 from app.core.kinds import Kind
 from app.store import collect
+from workers.outcome import failure_of
 
 BUDGET_SECONDS = float(os.environ.get("QM_SWEEP_SECONDS", "10"))
 Read = Callable[[Kind], Awaitable[list[Candidate]]]
 
 
 @dataclass
-class Outcome:
+class Swept:
     more: bool = False  # the budget ran out with candidates left
     changed: int = 0
     missed: int = 0  # candidates whose row changed after it was read
-    failures: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def messages(self) -> tuple[str, ...]:
+        return tuple(f.message for f in self.failures)
 
 
 async def sweep(
@@ -41,9 +48,10 @@ async def sweep(
     owner_uid: str = "",
     budget: float = BUDGET_SECONDS,
     clock: Callable[[], float] = time.monotonic,
-) -> Outcome:
-    """Batches of each of ``kinds`` in turn, as ``read`` finds them."""
-    out = Outcome()
+) -> Swept:
+    """Batches of each of ``kinds`` in turn, as ``read`` finds them; a batch the database
+    refuses ends that kind's turn, its failure classified for the task's retry."""
+    out = Swept()
     deadline = clock() + budget
     for kind in kinds:
         while True:
@@ -56,7 +64,9 @@ async def sweep(
             try:
                 changed = await collect.apply(pool, kind, split(found), actor, owner_uid)
             except asyncpg.PostgresError as exc:
-                out.failures.append(f"{kind.plural}: {exc}")
+                failure = failure_of(exc)
+                assert failure is not None  # database errors are temporary
+                out.failures.append(dataclasses.replace(failure, message=f"{kind.plural}: {exc}"))
                 break
             out.changed += changed
             out.missed += len(found) - changed

@@ -38,7 +38,9 @@ from app.store import sql
 from app.store.disruption import NODE_LIFECYCLE, mark_disruption_targets
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Stored
+from workers import metrics
 from workers.loops import Context
+from workers.outcome import failure_of
 
 log = logging.getLogger(__name__)
 ACTOR = "system:quaymaster-node-lifecycle"
@@ -147,6 +149,8 @@ class NodeLifecycle:
         self.seen = {n: s for n, s in self.seen.items() if n in known or n in leases}
         plan = core.reconcile(views, self.state, self.cfg, now, wall.timestamp())
         self.state = plan.state
+        metrics.SILENT.set(sum(1 for v in views if core.is_silent(v, self.cfg)))
+        metrics.DISRUPTED.set(len(plan.state.disrupted))
         if not plan.empty:
             await self._apply(ctx, plan, leases, full, wall)
         return plan
@@ -271,7 +275,8 @@ class NodeLifecycle:
             )
         except NotFound:
             return True
-        except (Conflict, StatusError) as exc:
+        except StatusError as exc:
+            _failed(exc)
             log.info("node %s: lease changed while fencing (%s); looking again", name, exc)
             return False
         seen = self.seen.get(name)
@@ -294,18 +299,26 @@ class NodeLifecycle:
                 obj["status"] = _with_ready(obj.get("status") or {}, change.ready, wall)
                 await ctx.store.update_status(NODE, obj, stored.row_version, actor=ACTOR)
         except StatusError as exc:  # lost a race, gone, or refused: look again next tick
+            _failed(exc)
             log.info("node %s: %s", change.name, exc)
 
     async def _evict(self, ctx: Context, evict: tuple[core.PodAction, ...], wall: datetime) -> None:
         marks = [(a.uid, f"node {a.node} silent: pod deleted") for a in evict if not a.deleting]
         await mark_disruption_targets(ctx.pool, marks, NODE_LIFECYCLE, wall)
         for a in evict:
-            with contextlib.suppress(NotFound, Conflict):
+            with contextlib.suppress(NotFound, Conflict):  # gone already, or not ours to delete
                 await ctx.store.delete(
                     POD, a.namespace, a.name, grace_seconds=0, expected_uid=a.uid, actor=ACTOR
                 )
+                metrics.EVICTIONS.inc()
         if evict:
             log.warning("evicted %d pod(s) from silent nodes", len(evict))
+
+
+def _failed(exc: StatusError) -> None:
+    """Count a write the next tick asks for again, by the kind of its failure."""
+    failure = failure_of(exc)
+    metrics.NODE_FAILURES.labels(failure.kind.value if failure else "crashed").inc()
 
 
 def _with_marks(obj: dict[str, Any], change: core.NodeChange, wall: datetime) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The writes a controller asks for, and the small vocabulary controllers share.
 
 A plan is data, not actions: the worker that applies it decides how (one transaction, optimistic
-concurrency through ``resourceVersion``), and tests apply it to in-memory lists.
+concurrency through ``resourceVersion``), and tests apply it to in-memory lists. What applying
+did comes back as an ``Outcome``: how many children exist because of it, and every failure on
+the way, classified (``app.core.errors.classify``), never swallowed.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from app.core.errors import ErrorKind, Failure
 from app.core.kinds import API_VERSION
 
 Obj = dict[str, Any]
@@ -58,6 +61,75 @@ class Plan:
     def empty(self) -> bool:
         """Nothing to write (a requeue is not a write)."""
         return not (self.creates or self.deletes or self.updates) and self.status is None
+
+
+# The order in which an outcome's failures name its result: the one an operator must see first.
+_WORST = (
+    ErrorKind.PERMANENT,
+    ErrorKind.REFUSED,
+    ErrorKind.UNSCHEDULABLE,
+    ErrorKind.CONFLICT,
+    ErrorKind.TEMPORARY,
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What applying one plan (or a whole reconcile) did.
+
+    ``wanted`` children were asked for and ``created`` of them exist now because of this
+    apply; ``failures`` are every write that did not happen, classified; ``status_written`` is
+    False when the plan's status was dropped (creates it assumed were refused) or lost a race;
+    ``requeue_after`` is the plan's own timed look; ``gone`` means the owner no longer exists.
+    """
+
+    wanted: int = 0
+    created: int = 0
+    deleted: int = 0
+    status_written: bool = False
+    failures: tuple[Failure, ...] = ()
+    requeue_after: float | None = None
+    gone: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def result(self) -> str:
+        """``ok``, or the worst failure's kind (``refused``, ``conflict``, ...)."""
+        kinds = {f.kind for f in self.failures}
+        return next((k.value for k in _WORST if k in kinds), "ok")
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until the failures ask to be tried again (the soonest); ``None`` when none
+        asks for a retry of its own."""
+        delays = [f.delay for f in self.failures if f.delay is not None]
+        return min(delays) if delays else None
+
+    @property
+    def next_look(self) -> float | None:
+        """When to reconcile again: the sooner of the retry and the plan's timed look."""
+        times = [t for t in (self.retry_after, self.requeue_after) if t is not None]
+        return min(times) if times else None
+
+    def merge(self, other: Outcome) -> Outcome:
+        """Two outcomes as one (a tick that applied several plans)."""
+        looks = [t for t in (self.requeue_after, other.requeue_after) if t is not None]
+        return Outcome(
+            self.wanted + other.wanted,
+            self.created + other.created,
+            self.deleted + other.deleted,
+            self.status_written or other.status_written,
+            self.failures + other.failures,
+            min(looks) if looks else None,
+            self.gone and other.gone,
+        )
+
+    @classmethod
+    def failed(cls, failure: Failure) -> Outcome:
+        return cls(failures=(failure,))
 
 
 # ------------------------------------------------------------------------------ shared helpers
