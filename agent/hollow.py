@@ -191,7 +191,7 @@ class HollowNode:
             self.node = await self.api.get(NODE, None, self.name)
         except NotFound:
             body = {
-                "metadata": {"name": self.name, "labels": labels_for(self.cfg, self.name)},
+                "metadata": {"name": self.name, "labels": labels_for(self.cfg)},
                 "spec": {},
             }
             try:

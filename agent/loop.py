@@ -298,7 +298,12 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     api = AgentApi(cfg.server, cfg.token)
     machine = detect()
     node_cfg = NodeConfig(
-        cfg.node_name, cfg.zone, cfg.machine_class, reserve=cfg.reserve, address=cfg.node_ip
+        cfg.node_name,
+        cfg.zone,
+        cfg.machine_class,
+        reserve=cfg.reserve,
+        address=cfg.node_ip,
+        hostname=cfg.hostname_override,
     )
     runtime: Runtime
     if cfg.runtime == "sim":
