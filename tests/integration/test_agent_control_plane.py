@@ -222,8 +222,8 @@ def test_assignments_follow_pods_bound_to_the_node(api: AgentApi, node_name: str
                 if p["metadata"]["name"] == "one"
             )
         )
-        api.delete(POD, ns, "one", grace=0)
-        api.delete(POD, ns, "two", grace=0)
+        api.delete(POD, ns, "one", grace_seconds=0)
+        api.delete(POD, ns, "two", grace_seconds=0)
         wait_for(lambda: _names(source) == set())
     finally:
         stop.set()
@@ -254,7 +254,7 @@ def test_unreachable_api_keeps_the_last_set_and_relists_on_return(
         assert not keeper.renew() and keeper.failures == 1
         assert keeper.last_success == 1000.0 and keeper.self_kill_due()
         # Meanwhile the control plane moved a pod away.
-        api.delete(POD, ns, "gone", grace=0)
+        api.delete(POD, ns, "gone", grace_seconds=0)
     finally:
         source.api.close()
         source.api = live
