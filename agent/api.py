@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 
-import httpx
-
 from app.client import RestClient, Unreachable
 from app.core import errors
 from app.core.kinds import BY_KIND
@@ -31,17 +29,8 @@ class AgentApi(RestClient):
     thread holds its own (``clone()``)."""
 
     user_agent = "quaymaster-agent/1"
+    default_timeout = 10.0
     watch_read_timeout = 30.0  # bookmarks come every few seconds: a longer silence is a dead peer
-
-    def __init__(
-        self,
-        server: str,
-        token: str | None = None,
-        *,
-        timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        super().__init__(server, token, timeout=timeout, transport=transport)
 
     def ensure_namespace(self, name: str) -> None:
         """Create the namespace unless it exists (the agent's leases live in their own)."""

@@ -8,6 +8,7 @@ commands ``describe`` and ``version`` are here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -192,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     namespace = getattr(args, "namespace", None) or "default"
-    with ApiClient(config.server, config.token) as client:
+    with contextlib.closing(ApiClient(config.server, config.token)) as client:
         ctx = Context(
             client,
             namespace=namespace,

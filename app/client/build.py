@@ -10,7 +10,7 @@ on httpx, ``app.client.aio`` over any async transport). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote, urlencode
 
 import msgspec
@@ -107,71 +107,71 @@ def patch(
     return _with_body("PATCH", path(kind, namespace, name), body, content_type)
 
 
+class DeleteOptions(TypedDict, total=False):
+    """What a DELETE may ask: ``uid`` deletes only if the object is still that one."""
+
+    propagation_policy: str | None
+    grace_seconds: int | None
+    uid: str | None
+
+
+class ListOptions(TypedDict, total=False):
+    label_selector: str | None
+    field_selector: str | None
+    limit: int
+
+
 def delete(
-    kind: Kind,
-    namespace: str | None,
-    name: str,
-    *,
-    propagation_policy: str | None = None,
-    grace_seconds: int | None = None,
-    uid: str | None = None,
+    kind: Kind, namespace: str | None, name: str, **options: Unpack[DeleteOptions]
 ) -> Request:
-    """A DELETE; the options, if any, go in a ``DeleteOptions`` body (``uid``: only if the
-    object is still that one)."""
+    """A DELETE; the options, if any, go in a ``DeleteOptions`` body."""
     where = path(kind, namespace, name)
-    options = delete_options(propagation_policy, grace_seconds, uid)
-    return _with_body("DELETE", where, options) if options else Request("DELETE", where)
+    body = delete_options(**options)
+    return _with_body("DELETE", where, body) if body else Request("DELETE", where)
 
 
-def delete_options(
-    propagation_policy: str | None = None, grace_seconds: int | None = None, uid: str | None = None
-) -> Obj | None:
-    options: Obj = {}
-    if propagation_policy:
-        options["propagationPolicy"] = propagation_policy
-    if grace_seconds is not None:
-        options["gracePeriodSeconds"] = grace_seconds
-    if uid:
-        options["preconditions"] = {"uid": uid}
-    return {"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None
+def delete_options(**options: Unpack[DeleteOptions]) -> Obj | None:
+    body: Obj = {}
+    if policy := options.get("propagation_policy"):
+        body["propagationPolicy"] = policy
+    if (grace := options.get("grace_seconds")) is not None:
+        body["gracePeriodSeconds"] = grace
+    if uid := options.get("uid"):
+        body["preconditions"] = {"uid": uid}
+    return {"kind": "DeleteOptions", "apiVersion": "v1", **body} if body else None
 
 
 def list_page(
-    kind: Kind,
-    namespace: str | None,
-    *,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    limit: int = DEFAULT_LIMIT,
-    token: str | None = None,
+    kind: Kind, namespace: str | None, token: str | None = None, **options: Unpack[ListOptions]
 ) -> Request:
     """One page of a list; ``token`` is the previous page's ``metadata.continue``."""
     query = _params(
-        limit=str(limit),
-        labelSelector=label_selector,
-        fieldSelector=field_selector,
+        limit=str(options.get("limit", DEFAULT_LIMIT)),
+        labelSelector=options.get("label_selector"),
+        fieldSelector=options.get("field_selector"),
         **{"continue": token},
     )
     return Request("GET", path(kind, namespace), query)
 
 
+class WatchOptions(TypedDict, total=False):
+    label_selector: str | None
+    field_selector: str | None
+    timeout_seconds: int | None  # the server ends the stream after this long
+
+
 def watch(
-    kind: Kind,
-    namespace: str | None,
-    resource_version: str,
-    *,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    timeout_seconds: int | None = None,
+    kind: Kind, namespace: str | None, resource_version: str, **options: Unpack[WatchOptions]
 ) -> Request:
     """A watch from ``resource_version`` (empty: from now), with bookmarks."""
+    timeout = options.get("timeout_seconds")
     query = _params(
         watch="1",
         allowWatchBookmarks="true",
         resourceVersion=resource_version,
-        labelSelector=label_selector,
-        fieldSelector=field_selector,
-        timeoutSeconds=str(timeout_seconds) if timeout_seconds is not None else None,
+        labelSelector=options.get("label_selector"),
+        fieldSelector=options.get("field_selector"),
+        timeoutSeconds=str(timeout) if timeout is not None else None,
     )
     return Request("GET", path(kind, namespace), query)
 

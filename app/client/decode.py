@@ -11,7 +11,7 @@ server repeats, which would otherwise loop for ever. Pure: transports hand in st
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import msgspec
 
@@ -74,30 +74,16 @@ class Pager:
     ``metadata.resourceVersion`` is the first page's (the version to watch from)."""
 
     def __init__(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int = build.DEFAULT_LIMIT,
+        self, kind: Kind, namespace: str | None, **options: Unpack[build.ListOptions]
     ) -> None:
-        self.kind, self.namespace, self.limit = kind, namespace, limit
-        self.label_selector, self.field_selector = label_selector, field_selector
+        self.kind, self.namespace, self.options = kind, namespace, options
         self.items: list[Obj] = []
         self._first: Obj | None = None
         self._token: str | None = None
         self._seen: set[str] = set()
 
     def request(self) -> build.Request:
-        return build.list_page(
-            self.kind,
-            self.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
-            limit=self.limit,
-            token=self._token,
-        )
+        return build.list_page(self.kind, self.namespace, self._token, **self.options)
 
     def add(self, page: Any) -> bool:
         """Take one page; whether another must be fetched."""

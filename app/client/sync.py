@@ -12,8 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import Generator, Iterator
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import httpx
 
@@ -30,6 +29,7 @@ class RestClient(Verbs[Obj]):
     """A client of one API server, authenticated with a bearer token."""
 
     user_agent = "quaymaster-client/1"
+    default_timeout = 30.0
     watch_read_timeout: float | None = None  # how long a silent watch is trusted; None: for ever
 
     def __init__(
@@ -37,11 +37,12 @@ class RestClient(Verbs[Obj]):
         server: str,
         token: str | None = None,
         *,
-        timeout: float = 30.0,
+        timeout: float | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.server = server.rstrip("/")
-        self.token, self.timeout, self._transport = token, timeout, transport
+        self.token, self._transport = token, transport
+        self.timeout = timeout = self.default_timeout if timeout is None else timeout
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -55,17 +56,6 @@ class RestClient(Verbs[Obj]):
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def send(self, request: build.Request) -> Any:
         """One request; the decoded answer, or a ``StatusError`` / :class:`Unreachable`."""
@@ -86,20 +76,9 @@ class RestClient(Verbs[Obj]):
         obj: Obj = self.send(request)
         return obj
 
-    def list(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int = build.DEFAULT_LIMIT,
-    ) -> Obj:
+    def list(self, kind: Kind, namespace: str | None, **options: Unpack[build.ListOptions]) -> Obj:
         """Every matching object across pages, as one List object."""
-        pager = decode.Pager(
-            kind, namespace, label_selector=label_selector, field_selector=field_selector,
-            limit=limit,
-        )  # fmt: skip
+        pager = decode.Pager(kind, namespace, **options)
         while pager.add(self.send(pager.request())):
             pass
         return pager.result()
@@ -116,17 +95,11 @@ class RestClient(Verbs[Obj]):
         kind: Kind,
         namespace: str | None,
         resource_version: str,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: int | None = None,
+        **options: Unpack[build.WatchOptions],
     ) -> Generator[Obj, None, None]:
         """Watch events (bookmarks included) until the server ends the stream; an ``ERROR``
         event is raised as its ``StatusError`` (``Gone``: relist)."""
-        request = build.watch(
-            kind, namespace, resource_version, label_selector=label_selector,
-            field_selector=field_selector, timeout_seconds=timeout_seconds,
-        )  # fmt: skip
+        request = build.watch(kind, namespace, resource_version, **options)
         with self._stream(request, self.watch_read_timeout) as resp:
             yield from decode.watch_events(resp.iter_lines())
 

@@ -8,7 +8,7 @@ it, so ``Verbs`` is generic in what ``call`` returns and the same lines serve bo
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Unpack
 
 from app.core.kinds import Kind
 
@@ -45,27 +45,11 @@ class Verbs(Generic[R]):
         return self.call(build.patch(kind, namespace, name, body, content_type))
 
     def delete(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        name: str,
-        *,
-        propagation_policy: str | None = None,
-        grace_seconds: int | None = None,
-        uid: str | None = None,
+        self, kind: Kind, namespace: str | None, name: str, **options: Unpack[build.DeleteOptions]
     ) -> R:
         """Delete one object; the answer is the success ``Status`` or the now-terminating
         object."""
-        return self.call(
-            build.delete(
-                kind,
-                namespace,
-                name,
-                propagation_policy=propagation_policy,
-                grace_seconds=grace_seconds,
-                uid=uid,
-            )
-        )
+        return self.call(build.delete(kind, namespace, name, **options))
 
     def evict(self, namespace: str, name: str, options: Obj | None = None) -> R:
         return self.call(build.evict(namespace, name, options))
