@@ -227,7 +227,7 @@ class AssignmentSource:
         return 0.0
 
     def _list(self) -> None:
-        items, revision = self.api.list(POD, None, field_selector=self.selector)
+        items, revision = self.api.list_items(POD, None, field_selector=self.selector)
         with self._lock:
             self.map.relist(items, revision)
         self.listed, self.needs_list = True, False

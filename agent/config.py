@@ -9,7 +9,8 @@ need neither the process's arguments nor its environment.
 |---|---|---|---|
 | API URL | ``--server`` | ``QM_API_URL`` | ``http://127.0.0.1:8080`` |
 | token | ``--token`` | ``QM_AGENT_TOKEN``, else ``QM_BOOTSTRAP_TOKEN`` | none |
-| node name | ``--node-name`` | ``QM_NODE_NAME`` | the hostname |
+| node name | ``--node-name`` | ``QM_NODE_NAME`` | the hostname override, else the hostname |
+| node hostname | ``--hostname-override`` | ``QM_HOSTNAME_OVERRIDE`` | the node name |
 | zone | ``--zone`` | ``QM_AGENT_ZONE`` | none |
 | machine class | ``--machine-class`` | ``QM_AGENT_MACHINE_CLASS`` | none |
 | runtime | ``--runtime`` | ``QM_AGENT_RUNTIME`` | ``process`` |
@@ -67,6 +68,7 @@ class AgentConfig:
     server: str
     token: str | None
     node_name: str
+    hostname_override: str = ""  # the node's kubernetes.io/hostname; empty: the node name
     zone: str = ""
     machine_class: str = ""
     runtime: str = "process"
@@ -104,6 +106,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--token", default=env.get("QM_AGENT_TOKEN") or env.get("QM_BOOTSTRAP_TOKEN") or None
     )
     p.add_argument("--node-name", default=env.get("QM_NODE_NAME") or "")
+    p.add_argument("--hostname-override", default=env.get("QM_HOSTNAME_OVERRIDE") or "")
     p.add_argument("--zone", default=env.get("QM_AGENT_ZONE") or "")
     p.add_argument("--machine-class", default=env.get("QM_AGENT_MACHINE_CLASS") or "")
     p.add_argument("--runtime", default=env.get("QM_AGENT_RUNTIME") or "process")
@@ -125,7 +128,8 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = None) -> AgentConfig:
     """Settings from ``argv`` (without the program name) and ``env``; ``ConfigError`` if bad."""
     args = _parser(env).parse_args(list(argv))
-    node = (args.node_name or hostname or socket.gethostname()).strip().lower()
+    override = args.hostname_override.strip().lower()
+    node = (args.node_name or override or hostname or socket.gethostname()).strip().lower()
     if not node:
         raise ConfigError("the node name is empty (set --node-name or QM_NODE_NAME)")
     if args.runtime not in RUNTIMES:
@@ -150,6 +154,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         server=args.server,
         token=args.token,
         node_name=node,
+        hostname_override=override,
         zone=args.zone,
         machine_class=args.machine_class,
         runtime=args.runtime,

@@ -23,12 +23,12 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agent import config as agent_config
-from agent.api import POD, AgentApi, Unreachable, path
+from agent.api import POD, AgentApi, Unreachable
 from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
 from agent.backoff import CrashLoopBackoff
 from agent.lease import LeaseKeeper
@@ -45,7 +45,9 @@ from agent.runtime.process import ProcessRuntime, container_env
 from agent.runtime.runc import RuncRuntime
 from agent.runtime.sim import SimRuntime
 from agent.server import AgentServer
-from agent.usage import UsageCollector, samples_path
+from agent.usage import UsageCollector
+from app.client import InThreads, RestClient
+from app.client.verbs import Verbs
 from app.core.errors import NotFound, StatusError
 from app.core.kinds import BY_KIND
 from app.process import configure_logging, run_until_stopped
@@ -55,31 +57,28 @@ Obj = dict[str, Any]
 
 
 class RestPodApi:
-    """:class:`~agent.pods.PodApi` over the synchronous client, each call in a thread so a
-    slow API never blocks the loop."""
+    """:class:`~agent.pods.PodApi` over the shared client's awaited verbs: the agent's
+    synchronous client with each call in a thread (a slow API never blocks the loop), or the
+    hollow nodes' asynchronous one."""
 
-    def __init__(self, api: AgentApi) -> None:
-        self.api = api
+    def __init__(self, api: RestClient | Verbs[Awaitable[Obj]]) -> None:
+        self.api = InThreads(api) if isinstance(api, RestClient) else api
 
     async def get(self, namespace: str, name: str) -> Obj:
-        return await asyncio.to_thread(self.api.get, POD, namespace, name)
+        return await self.api.get(POD, namespace, name)
 
     async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
         ns = str(pod["metadata"].get("namespace") or "")
-        return await asyncio.to_thread(
-            self.api.replace, POD, ns, {**pod, "status": new_status}, "status"
-        )
+        return await self.api.replace(POD, ns, {**pod, "status": new_status}, "status")
 
     async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
-            return await asyncio.to_thread(self.api.get, BY_KIND[kind], namespace, name)
+            return await self.api.get(BY_KIND[kind], namespace, name)
         except NotFound:
             return None
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        url = path(POD, namespace, name)
-        await asyncio.to_thread(self.api.request, "DELETE", url, body=body)
+        await self.api.delete(POD, namespace, name, grace_seconds=0, uid=uid)
 
 
 def probe_context_for(
@@ -298,7 +297,12 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     api = AgentApi(cfg.server, cfg.token)
     machine = detect()
     node_cfg = NodeConfig(
-        cfg.node_name, cfg.zone, cfg.machine_class, reserve=cfg.reserve, address=cfg.node_ip
+        cfg.node_name,
+        cfg.zone,
+        cfg.machine_class,
+        reserve=cfg.reserve,
+        address=cfg.node_ip,
+        hostname=cfg.hostname_override,
     )
     runtime: Runtime
     if cfg.runtime == "sim":
@@ -336,7 +340,7 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     agent.usage = UsageCollector(
         runtime,
         cfg.node_name,
-        lambda body: usage_api.request("POST", samples_path(cfg.node_name), body=body),
+        lambda body: usage_api.report_usage(cfg.node_name, body),
         interval=cfg.usage_interval,
     )
     agent.server.add_metrics(agent.usage.metrics_text)

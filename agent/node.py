@@ -8,7 +8,10 @@ the lease epoch moved (the node lifecycle controller declared the node unreachab
 ``Ready=Unknown``), or every 5 minutes; the heartbeat itself is the Lease.
 
 The node's ``spec`` is the controllers' and operators' (taints, cordon): the agent never
-writes it after creation, only adds its own labels if they are missing. Every write is
+writes it after creation, only adds its own labels if they are missing, and puts
+``kubernetes.io/hostname`` back to the node's hostname (its name unless overridden) if it
+differs (as kubelet reconciles its default labels), so a node an older agent labelled with
+the machine's hostname is its own topology domain again at the next start. Every write is
 conditional; a conflict re-reads the node and applies the change on top of what is there.
 The status to write is a pure function of the node read, the machine and the time.
 """
@@ -45,13 +48,21 @@ class NodeConfig:
     reserve: Reserve = field(default_factory=Reserve)
     address: str = ""  # the node's InternalIP, where the API server reaches its agent
     agent_port: int = 0  # the agent server's port (ADR 0019); 0 until it listens
+    hostname: str = ""  # ``--hostname-override``; empty: the node's name
+
+    @property
+    def node_hostname(self) -> str:
+        """The node's ``kubernetes.io/hostname`` label and ``Hostname`` address: its own name
+        unless overridden, as kubelet does. Never the machine's hostname: several agents on
+        one machine (``make up``'s three) must each be their own topology domain."""
+        return self.hostname or self.name
 
 
-def endpoint_status(cfg: NodeConfig, hostname: str) -> Obj:
+def endpoint_status(cfg: NodeConfig) -> Obj:
     """``addresses`` and ``daemonEndpoints``: where the API server finds this node's agent."""
     if not cfg.agent_port:
         return {}
-    addresses = [{"type": "Hostname", "address": hostname}]
+    addresses = [{"type": "Hostname", "address": cfg.node_hostname}]
     if cfg.address:
         addresses.insert(0, {"type": "InternalIP", "address": cfg.address})
     return {
@@ -60,8 +71,8 @@ def endpoint_status(cfg: NodeConfig, hostname: str) -> Obj:
     }
 
 
-def labels_for(cfg: NodeConfig, hostname: str) -> dict[str, str]:
-    labels = {**cfg.extra_labels, HOSTNAME_LABEL: hostname}
+def labels_for(cfg: NodeConfig) -> dict[str, str]:
+    labels = {**cfg.extra_labels, HOSTNAME_LABEL: cfg.node_hostname}
     if cfg.zone:
         labels[ZONE_LABEL] = cfg.zone
     if cfg.machine_class:
@@ -150,7 +161,7 @@ class NodeStatusWriter:
         body = {
             "metadata": {
                 "name": self.cfg.name,
-                "labels": labels_for(self.cfg, self.machine.hostname),
+                "labels": labels_for(self.cfg),
             },
             "spec": {},
         }
@@ -163,8 +174,10 @@ class NodeStatusWriter:
         for _ in range(CONFLICT_RETRIES):
             meta = node.get("metadata") or {}
             have = meta.get("labels") or {}
-            want = labels_for(self.cfg, self.machine.hostname)
+            want = labels_for(self.cfg)
             missing = {k: v for k, v in want.items() if k not in have}
+            if have.get(HOSTNAME_LABEL, want[HOSTNAME_LABEL]) != want[HOSTNAME_LABEL]:
+                missing[HOSTNAME_LABEL] = want[HOSTNAME_LABEL]  # the node's identity: corrected
             if not missing:
                 return node
             body = {**node, "metadata": {**meta, "labels": {**have, **missing}}}
@@ -182,7 +195,7 @@ class NodeStatusWriter:
         (``Ready=Unknown``, taints) is the base, and Ready goes back to True on top of it."""
         now = self.monotonic()
         known = (self._node or {}).get("status") or {}
-        endpoint = endpoint_status(self.cfg, self.machine.hostname)
+        endpoint = endpoint_status(self.cfg)
         desired = desired_status(known, self.machine, self.cfg.reserve, 0.0, endpoint)
         if not write_due(status_changed(known, desired), force, self.last_write, now):
             return False

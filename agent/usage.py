@@ -34,10 +34,6 @@ GROUP_VERSION = "metrics.quaymaster.io/v1"
 DEFAULT_INTERVAL = 10.0
 
 
-def samples_path(node: str) -> str:
-    return f"/apis/{GROUP_VERSION}/nodes/{node}/samples"
-
-
 @dataclass(frozen=True)
 class _Reading:
     at: float

@@ -51,7 +51,7 @@ def apply_object(client: ApiClient, target: Target, body: dict[str, Any]) -> str
         if is_unchanged(current, merged):
             return "unchanged"
         try:
-            result = client.replace(kind, ns, name, merged)
+            result = client.replace(kind, ns, merged)
         except Conflict as exc:
             last = exc
             continue
@@ -157,7 +157,7 @@ def run_delete(ctx: Context, args: argparse.Namespace) -> int:
     policy = PROPAGATION.get(args.cascade) if args.cascade else None
     for target in targets:
         try:
-            ctx.client.delete(target.kind, target.namespace, target.name, policy)
+            ctx.client.delete(target.kind, target.namespace, target.name, propagation_policy=policy)
         except NotFound as exc:
             if not args.ignore_not_found:
                 ctx.report(exc)

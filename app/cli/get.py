@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from app.client import Unreachable
 from app.core.errors import Gone, StatusError
 from app.core.kinds import Kind
 
 from . import printers
-from .client import ServerUnreachable
 from .context import Context, UsageError, resolve_kinds
 
 Obj = dict[str, Any]
@@ -230,7 +230,7 @@ def watch(
                     backoff = min(backoff * 2, MAX_BACKOFF)
             except Gone:
                 need_list = True
-            except (ServerUnreachable, StatusError) as exc:
+            except (Unreachable, StatusError) as exc:
                 if not listed_once:
                     raise
                 if isinstance(exc, StatusError) and not exc.retryable and exc.code < 500:

@@ -13,15 +13,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any, BinaryIO, TextIO
 
-import httpx
+from app.client import build
 
-from app.core import errors
-from app.core.kinds import BY_KIND
-
-from .client import ApiClient, ServerUnreachable
+from .client import ApiClient
 from .context import Context, UsageError
-
-POD = BY_KIND["Pod"]
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -55,22 +50,8 @@ def stream_log(
     write: Callable[[bytes], None],
 ) -> None:
     """Hand the log to ``write`` as it arrives; a ``StatusError`` if the server refuses."""
-    path = client.path(POD, namespace, pod, "log")
-    timeout = httpx.Timeout(client.timeout, read=None)
-    http = client._http  # the client's connection and credentials, for a streamed body
-    try:
-        with http.stream("GET", path, params=params, timeout=timeout) as resp:
-            if resp.status_code >= 400:
-                resp.read()
-                try:
-                    body: Any = resp.json()
-                except ValueError:
-                    body = None
-                raise errors.from_status(body, resp.status_code, resp.text)
-            for chunk in resp.iter_raw():
-                write(chunk)
-    except httpx.TransportError as exc:
-        raise ServerUnreachable(f"log stream from {client.server} broke: {exc}") from exc
+    for chunk in client.stream_bytes(build.log(namespace, pod, params)):
+        write(chunk)
 
 
 def _writer(out: TextIO) -> Callable[[bytes], None]:

@@ -8,17 +8,19 @@ commands ``describe`` and ``version`` are here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.client import Unreachable
 from app.core.errors import StatusError
 from app.core.kinds import BY_KIND, Kind
 
 from . import printers
 from .apply import PROPAGATION, run_apply, run_delete
-from .client import CLIENT_VERSION, ApiClient, ServerUnreachable
+from .client import CLIENT_VERSION, ApiClient
 from .config import ConfigError, load_config
 from .context import Context, UsageError, resolve_one_kind
 from .get import run_get
@@ -102,7 +104,7 @@ def _fetch_events(ctx: Context, kind: Kind, obj: Obj) -> list[Obj] | None:
     selector = f"involvedObject.name={meta.get('name', '')},involvedObject.kind={kind.kind}"
     try:
         listed = ctx.client.list(BY_KIND["Event"], namespace, field_selector=selector)
-    except (StatusError, ServerUnreachable):
+    except (StatusError, Unreachable):
         return None
     items: list[Obj] = listed["items"]
     return items
@@ -137,10 +139,10 @@ def run_describe(ctx: Context, args: argparse.Namespace) -> int:
 def run_version(ctx: Context, args: argparse.Namespace) -> int:
     client_info = {"gitVersion": f"v{CLIENT_VERSION}", "python": sys.version.split()[0]}
     server_info: Obj | None = None
-    error: StatusError | ServerUnreachable | None = None
+    error: StatusError | Unreachable | None = None
     try:
         server_info = ctx.client.version()
-    except (StatusError, ServerUnreachable) as exc:
+    except (StatusError, Unreachable) as exc:
         error = exc
     if args.output:
         doc: Obj = {"clientVersion": client_info}
@@ -191,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     namespace = getattr(args, "namespace", None) or "default"
-    with ApiClient(config.server, config.token) as client:
+    with contextlib.closing(ApiClient(config.server, config.token)) as client:
         ctx = Context(
             client,
             namespace=namespace,
@@ -205,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except StatusError as exc:
             ctx.report(exc)
             return 1
-        except ServerUnreachable as exc:
+        except Unreachable as exc:
             ctx.error(f"error: {exc}")
             return 1
         except KeyboardInterrupt:

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from app.client import build
 from app.core.errors import TooManyRequests
 from app.core.kinds import BY_KIND
 
-from .client import ApiClient
 from .context import Context
 
 NODE = BY_KIND["Node"]
@@ -93,13 +93,12 @@ def drain_node(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Call the drain subresource until the node is empty or ``timeout`` passes."""
-    path = ApiClient.path(NODE, None, node, "drain")
     deadline = clock() + timeout
     shown: list[str] = []
     first = True
     while True:
         try:
-            status: dict[str, Any] = ctx.client.request("POST", path)
+            status: dict[str, Any] = ctx.client.send(build.drain(node))
         except TooManyRequests:
             status = {}
         if first and status:

@@ -87,7 +87,7 @@ def _update(ctx: Context, name: str, change: Callable[[Obj], str | None]) -> int
         if message is None:
             return 0
         try:
-            ctx.client.replace(DEPLOYMENT, ctx.namespace, name, dep)
+            ctx.client.replace(DEPLOYMENT, ctx.namespace, dep)
         except Conflict:
             continue
         ctx.print(f"deployment/{name} {message}")

@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from app.client import build
 from app.core.kinds import BY_KIND
 from app.core.quantity import cpu_millis, to_bytes
 
@@ -21,7 +22,6 @@ from .printers import render_table
 
 Obj = dict[str, Any]
 NODE = BY_KIND["Node"]
-METRICS = "/apis/metrics.quaymaster.io/v1"
 SORTS = ("cpu", "memory")
 
 
@@ -115,9 +115,9 @@ def pod_table(
 
 def _nodes(ctx: Context, args: argparse.Namespace) -> int:
     if args.name:
-        metrics = [ctx.client.request("GET", f"{METRICS}/nodes/{args.name}")]
+        metrics = [ctx.client.send(build.metrics("nodes", None, args.name))]
     else:
-        metrics = ctx.client.request("GET", f"{METRICS}/nodes")["items"]
+        metrics = ctx.client.send(build.metrics("nodes"))["items"]
     if not metrics:
         ctx.error("error: metrics not available yet (no agent has reported usage)")
         return 1
@@ -128,12 +128,11 @@ def _nodes(ctx: Context, args: argparse.Namespace) -> int:
 
 def _pods(ctx: Context, args: argparse.Namespace) -> int:
     if args.name:
-        path = f"{METRICS}/namespaces/{ctx.namespace}/pods/{args.name}"
-        metrics = [ctx.client.request("GET", path)]
+        metrics = [ctx.client.send(build.metrics("pods", ctx.namespace, args.name))]
     elif ctx.all_namespaces:
-        metrics = ctx.client.request("GET", f"{METRICS}/pods")["items"]
+        metrics = ctx.client.send(build.metrics("pods"))["items"]
     else:
-        metrics = ctx.client.request("GET", f"{METRICS}/namespaces/{ctx.namespace}/pods")["items"]
+        metrics = ctx.client.send(build.metrics("pods", ctx.namespace))["items"]
     if not metrics:
         where = "" if ctx.all_namespaces else f" in {ctx.namespace} namespace"
         ctx.error(f"No resources found{where}.")

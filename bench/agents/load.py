@@ -1,7 +1,7 @@
 """The hollow-node load: ten thousand simulated agents' API traffic from one asyncio loop.
 
-:class:`Load` owns the hollow nodes (:mod:`agent.hollow`) and, per API server, one
-:class:`agent.hollow_http.HttpPool` of ``connections`` keep-alive connections for the nodes and
+:class:`Load` owns the hollow nodes (:mod:`bench.agents.hollow`) and, per API server, one
+:class:`bench.agents.http_pool.HttpPool` of ``connections`` keep-alive connections for the nodes and
 a small one for pod status writes (``client="httpx"`` puts ``httpx.AsyncClient`` pools there
 instead, the load generator measured before); node ``i`` talks to server ``i % servers``, as
 agents behind a load balancer would. Once registered, the lease loop renews every node once per
@@ -34,23 +34,22 @@ from typing import Any
 
 import httpx
 
-from agent.api import NAMESPACE, POD, Unreachable
-from agent.hollow import (
-    AsyncApi,
-    AsyncPodApi,
+from agent.api import NAMESPACE, POD
+from agent.loop import RestPodApi
+from agent.pods import PodWorker
+from agent.runtime.sim import SimRuntime
+from app.client import AsyncRestClient, Transport, Unreachable
+from app.core.errors import AlreadyExists, StatusError
+from bench.agents.hollow import (
     HollowNode,
     HttpxTransport,
-    Transport,
     due_slots,
     hollow_nodes,
     hollow_pod,
     lateness_ok,
     pod_worker,
 )
-from agent.hollow_http import HttpPool
-from agent.pods import PodWorker
-from agent.runtime.sim import SimRuntime
-from app.core.errors import AlreadyExists, StatusError
+from bench.agents.http_pool import HttpPool
 
 Obj = dict[str, Any]
 LATE_AFTER = 1.0
@@ -81,10 +80,10 @@ class Recorder:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-class TimedPodApi(AsyncPodApi):
+class TimedPodApi(RestPodApi):
     """The hollow pod API, timing each status write into the current recorder."""
 
-    def __init__(self, api: AsyncApi, load: Load) -> None:
+    def __init__(self, api: AsyncRestClient, load: Load) -> None:
         super().__init__(api)
         self.load = load
 
@@ -126,8 +125,8 @@ class Load:
         self.renew_every, self.node_status_every = renew_every, node_status_every
         self.usage_every, self.usage_pods = usage_every, usage_pods
         self.transports: list[Transport] = []
-        self.apis: list[list[AsyncApi]] = []  # per server: the nodes' shards
-        self.pod_apis: list[list[AsyncApi]] = []
+        self.apis: list[list[AsyncRestClient]] = []  # per server: the nodes' shards
+        self.pod_apis: list[list[AsyncRestClient]] = []
         self.nodes: list[HollowNode] = []
         self.count, self.prefix = count, prefix
         self.rec: Recorder | None = None
@@ -138,7 +137,7 @@ class Load:
         self.active = 0
 
     # -- servers ----------------------------------------------------------------------------
-    def _api(self, url: str, connections: int) -> AsyncApi:
+    def _api(self, url: str, connections: int) -> AsyncRestClient:
         headers = {"Authorization": f"Bearer {self.token}", "User-Agent": "hollow/1"}
         transport: Transport
         if self.client == "raw":
@@ -150,7 +149,7 @@ class Load:
             client = httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30)
             transport = HttpxTransport(client, connections)
         self.transports.append(transport)
-        return AsyncApi(transport)
+        return AsyncRestClient(transport)
 
     def use_servers(self, urls: list[str]) -> None:
         """Talk to ``urls`` from now on: node ``i`` to ``urls[i % len(urls)]``. Each server
@@ -173,7 +172,7 @@ class Load:
         for i, node in enumerate(self.nodes):
             node.api = self.api_for(i)
 
-    def api_for(self, i: int) -> AsyncApi:
+    def api_for(self, i: int) -> AsyncRestClient:
         shards = self.apis[i % self.active]
         return shards[(i // self.active) % len(shards)]
 

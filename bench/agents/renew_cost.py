@@ -5,7 +5,7 @@
 
 The hollow-node benchmark (:mod:`bench.agents.run`) saturates the machine, so its CPU shares say
 where the time goes but not what one renewal costs. Here the same hollow nodes
-(:mod:`agent.hollow`, the agent's own requests) renew on the same evenly spread schedule, but
+(:mod:`bench.agents.hollow`, the agent's own requests) renew on the same evenly spread schedule, but
 few enough of them (2,000 nodes every 10 s: 200 renewals/s) that nothing queues. No pods are
 started and no node status is rewritten during the windows, so every write the servers see is
 a lease ``PUT``.
@@ -17,7 +17,8 @@ renewals/s, p50/p99 latency, and CPU-milliseconds per renewal of the API server,
 revisioner, of PostgreSQL (postmaster and backends) and of the load generator (this process),
 both gross and net of the idle rate, and the load generator's CPU-ms per HTTP request (every
 answer counted, conflicts' re-reads included). ``--client httpx`` runs the hollow nodes on
-``httpx.AsyncClient`` pools (the load generator before :mod:`agent.hollow_http`) for comparison.
+``httpx.AsyncClient`` pools (the load generator before :mod:`bench.agents.http_pool`) for
+comparison.
 Writes ``bench/results/agents-renew-cost-<stamp>.json``; ``--label`` names the code measured.
 """
 

@@ -26,7 +26,7 @@ process, of its revisioner child, of PostgreSQL (postmaster and every backend), 
 this load generator,
 the load generator's CPU-ms per request, and answers by HTTP status. ``--profile`` adds one extra
 window with py-spy sampling the (first) API server. The hollow nodes talk through
-:class:`agent.hollow_http.HttpPool` on uvloop; ``--client httpx`` puts them back on
+:class:`bench.agents.http_pool.HttpPool` on uvloop; ``--client httpx`` puts them back on
 ``httpx.AsyncClient`` (the load generator measured before) for comparison.
 
 Writes ``bench/results/agents-<stamp>.json`` whatever happens: every finished window is kept,

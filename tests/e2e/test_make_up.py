@@ -62,6 +62,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert "default" in got.stdout
         _a_pod_runs_on_a_local_agent(qm_env)
         _the_example_service_runs(qm_env)
+        _each_local_node_is_its_own_hostname(qm_env)
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
@@ -131,6 +132,44 @@ def _the_example_service_runs(env: dict[str, str]) -> None:
     name = ready[0]["metadata"]["name"]
     logged = _qm(env, "logs", name, "-n", "shop", "--tail", "5")
     assert '"GET / HTTP/1.1" 200' in logged, logged
+
+
+def _each_local_node_is_its_own_hostname(env: dict[str, str]) -> None:
+    """Four replicas that must not share a ``kubernetes.io/hostname``: the three local agents
+    are three hostnames, so three pods run on three nodes and the fourth waits for a fourth
+    node, the scheduler saying why."""
+    labels = {"app": "apart"}
+    term = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    container = {"name": "main", "image": "local/python",
+                 "command": ["python3", "-c", "import time; time.sleep(600)"],
+                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}  # fmt: skip
+    deployment = {"apiVersion": "quaymaster.io/v1", "kind": "Deployment",
+                  "metadata": {"name": "apart", "namespace": "default"},
+                  "spec": {"replicas": 4, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels},
+                                        "spec": {"containers": [container], "affinity": {
+                                            "podAntiAffinity": {
+                                                "requiredDuringSchedulingIgnoredDuringExecution":
+                                                    [term]}}}}}}  # fmt: skip
+    _qm(env, "apply", "-f", "-", stdin=json.dumps(deployment))
+    deadline = time.monotonic() + 120
+    while True:
+        listed = _qm(env, "get", "pods", "-n", "default", "-l", "app=apart", "-o", "json")
+        items = json.loads(listed)["items"]
+        bound = [p for p in items if p["spec"].get("nodeName")]
+        pending = [c for p in items if not p["spec"].get("nodeName")
+                   for c in (p.get("status") or {}).get("conditions") or []
+                   if c["type"] == "PodScheduled" and c["status"] == "False"]  # fmt: skip
+        if len(items) == 4 and len(bound) == 3 and pending:
+            break
+        assert time.monotonic() < deadline, json.dumps(items)[:3000]
+        time.sleep(1.0)
+    assert {p["spec"]["nodeName"] for p in bound} == {"local-a", "local-b", "local-c"}
+    assert "3 didn't match pod anti-affinity rules" in pending[0]["message"], pending[0]
+    nodes = json.loads(_qm(env, "get", "nodes", "-o", "json"))["items"]
+    hostnames = {n["metadata"]["name"]: n["metadata"]["labels"]["kubernetes.io/hostname"]
+                 for n in nodes}  # fmt: skip
+    assert hostnames == {f"local-{z}": f"local-{z}" for z in "abc"}
 
 
 def _ready(pod: dict[str, Any]) -> bool:

@@ -65,7 +65,7 @@ def test_registration_creates_a_usable_node(api: AgentApi, node_name: str) -> No
     labels = node["metadata"]["labels"]
     assert labels["topology.kubernetes.io/zone"] == "zone-a"
     assert labels["quaymaster.io/machine-class"] == "general"
-    assert labels["kubernetes.io/hostname"] == writer.machine.hostname
+    assert labels["kubernetes.io/hostname"] == node_name  # its own name, not the machine's
     status = node["status"]
     alloc = writer.machine.allocatable(cfg.reserve).to_quantities()
     assert status["allocatable"] == alloc and status["capacity"]["pods"] == "110"
@@ -81,6 +81,30 @@ def test_registration_creates_a_usable_node(api: AgentApi, node_name: str) -> No
     uid = node["metadata"]["uid"]
     NodeStatusWriter(api, cfg, detect()).register()
     assert api.get(NODE, None, node_name)["metadata"]["uid"] == uid
+
+
+def test_each_node_on_one_machine_is_its_own_hostname(api: AgentApi, node_name: str) -> None:
+    """Agents sharing a machine label their Nodes with their own names (so hostname
+    anti-affinity and spread see separate domains), a node an older agent labelled with the
+    machine's hostname is relabelled at the next start, and an override wins."""
+    machine = detect()
+    first = NodeStatusWriter(api, NodeConfig(f"{node_name}-1", agent_port=10250), machine)
+    second = NodeStatusWriter(api, NodeConfig(f"{node_name}-2", agent_port=10251), machine)
+    for writer in (first, second):
+        writer.register()
+    for name in (f"{node_name}-1", f"{node_name}-2"):
+        node = api.get(NODE, None, name)
+        assert node["metadata"]["labels"]["kubernetes.io/hostname"] == name
+        assert {"type": "Hostname", "address": name} in node["status"]["addresses"]
+    node = api.get(NODE, None, f"{node_name}-1")
+    labels = {**node["metadata"]["labels"], "kubernetes.io/hostname": machine.hostname}
+    api.replace(NODE, None, {**node, "metadata": {**node["metadata"], "labels": labels}})
+    NodeStatusWriter(api, NodeConfig(f"{node_name}-1"), machine).register()
+    relabelled = api.get(NODE, None, f"{node_name}-1")["metadata"]["labels"]
+    assert relabelled["kubernetes.io/hostname"] == f"{node_name}-1"
+    NodeStatusWriter(api, NodeConfig(f"{node_name}-1", hostname="box-1"), machine).register()
+    overridden = api.get(NODE, None, f"{node_name}-1")["metadata"]["labels"]
+    assert overridden["kubernetes.io/hostname"] == "box-1"
 
 
 def test_status_write_sets_ready_back_and_keeps_the_controllers_taints(
@@ -198,8 +222,8 @@ def test_assignments_follow_pods_bound_to_the_node(api: AgentApi, node_name: str
                 if p["metadata"]["name"] == "one"
             )
         )
-        api.delete(POD, ns, "one", grace=0)
-        api.delete(POD, ns, "two", grace=0)
+        api.delete(POD, ns, "one", grace_seconds=0)
+        api.delete(POD, ns, "two", grace_seconds=0)
         wait_for(lambda: _names(source) == set())
     finally:
         stop.set()
@@ -230,7 +254,7 @@ def test_unreachable_api_keeps_the_last_set_and_relists_on_return(
         assert not keeper.renew() and keeper.failures == 1
         assert keeper.last_success == 1000.0 and keeper.self_kill_due()
         # Meanwhile the control plane moved a pod away.
-        api.delete(POD, ns, "gone", grace=0)
+        api.delete(POD, ns, "gone", grace_seconds=0)
     finally:
         source.api.close()
         source.api = live

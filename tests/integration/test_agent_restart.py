@@ -119,7 +119,7 @@ def test_a_restarted_agent_adopts_its_running_pods(
 
     agent.stop(signal.SIGKILL)  # no chance to stop anything
     assert alive(kept) and alive(dropped)
-    api.delete(POD, ns, "dropped", grace=0)  # bound pods wait for the agent to confirm
+    api.delete(POD, ns, "dropped", grace_seconds=0)  # bound pods wait for the agent to confirm
     agent.start()
 
     wait_for(lambda: not alive(dropped), 30, "the pod deleted meanwhile stopped")

@@ -21,10 +21,10 @@ from agent.loop import Agent
 from agent.runtime.cgroups import Cgroups
 from agent.runtime.process import ProcessRuntime
 from agent.server import AgentServer
-from agent.usage import UsageCollector, samples_path
+from agent.usage import UsageCollector
+from app.client import build
 from app.devstack.apiserver import ApiServer
 
-M = "/apis/metrics.quaymaster.io/v1"
 # Touches 64 MiB (so it is resident, not just reserved), then spins one core.
 BURN = [sys.executable, "-c", "b = b'x' * (64 << 20)\nwhile True: pass"]
 
@@ -45,7 +45,7 @@ async def setup(api_server: ApiServer, tmp_path: Path, cgroups: Cgroups) -> Asyn
     agent.usage = UsageCollector(
         runtime,
         node,
-        lambda body: usage_api.request("POST", samples_path(node), body=body),
+        lambda body: usage_api.report_usage(node, body),
         interval=1.0,
     )
     agent.server = AgentServer(None, port=0)
@@ -87,7 +87,7 @@ async def test_a_busy_pods_usage_reaches_the_api_and_the_agent_metrics(setup: Se
 
     def busy() -> Any:
         try:
-            got = setup.api.request("GET", f"{M}/namespaces/{setup.ns}/pods/burner")
+            got = setup.api.send(build.metrics("pods", setup.ns, "burner"))
         except Exception:
             return None
         return got if _millis(got["usage"]["cpu"]) >= 300 else None
@@ -97,7 +97,7 @@ async def test_a_busy_pods_usage_reaches_the_api_and_the_agent_metrics(setup: Se
     assert _kib(got["usage"]["memory"]) >= 60 * 1024  # the 64 MiB it touched
     assert [c["name"] for c in got["containers"]] == ["c"]
 
-    node = setup.api.request("GET", f"{M}/nodes/{setup.node}")
+    node = setup.api.send(build.metrics("nodes", None, setup.node))
     assert _millis(node["usage"]["cpu"]) >= 300 and node["pods"] == 1
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{setup.server.port}") as http:
         text = (await http.get("/metrics")).text

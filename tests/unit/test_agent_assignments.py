@@ -84,7 +84,7 @@ class ScriptedApi:
         self.watches: list[Any] = []
         self.watched_from: list[str] = []
 
-    def list(self, kind: Any, ns: Any, *, field_selector: str = "") -> tuple[list[Any], str]:
+    def list_items(self, kind: Any, ns: Any, *, field_selector: str = "") -> tuple[list[Any], str]:
         assert field_selector == "spec.nodeName=n1"
         r = self.lists.pop(0)
         if isinstance(r, Exception):

@@ -94,8 +94,8 @@ def test_agent_errors_map_to_this_api() -> None:
 
 
 def test_the_node_reports_its_agent_endpoint_once_it_listens() -> None:
-    assert endpoint_status(NodeConfig("n1", address="10.0.0.5"), "box") == {}
-    got = endpoint_status(NodeConfig("n1", address="10.0.0.5", agent_port=10251), "box")
+    assert endpoint_status(NodeConfig("n1", address="10.0.0.5")) == {}
+    got = endpoint_status(NodeConfig("n1", address="10.0.0.5", agent_port=10251, hostname="box"))
     assert got == {
         "addresses": [
             {"type": "InternalIP", "address": "10.0.0.5"},
@@ -106,10 +106,10 @@ def test_the_node_reports_its_agent_endpoint_once_it_listens() -> None:
 
 
 def test_desired_status_carries_the_endpoint() -> None:
-    endpoint = endpoint_status(NodeConfig("n1", agent_port=10250), "box")
+    endpoint = endpoint_status(NodeConfig("n1", agent_port=10250))
     status = desired_status({}, detect(), Reserve(), 0.0, endpoint)
     assert status["daemonEndpoints"] == {"agentEndpoint": {"Port": 10250}}
-    assert status["addresses"] == [{"type": "Hostname", "address": "box"}]
+    assert status["addresses"] == [{"type": "Hostname", "address": "n1"}]
 
 
 def test_agent_server_settings() -> None:

@@ -8,7 +8,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from app.cli.client import ApiClient, ServerUnreachable
+from app.cli.client import ApiClient
+from app.client import Unreachable, build
 from app.core import errors
 from app.core.errors import Cause
 from app.core.kinds import BY_KIND
@@ -99,9 +100,9 @@ class TestRequests:
         client.get(POD, "prod", "web")
         client.get(NODE, "ignored", "n1")
         client.create(POD, "prod", {"kind": "Pod"})
-        client.replace(POD, "prod", "web", {"kind": "Pod"})
+        client.replace(POD, "prod", {"kind": "Pod", "metadata": {"name": "web"}})
         client.patch(POD, "prod", "web", {"metadata": {"labels": {"a": "b"}}})
-        client.delete(POD, "prod", "web", "Foreground")
+        client.delete(POD, "prod", "web", propagation_policy="Foreground")
         client.delete(POD, "prod", "web")
         paths = [(r.method, r.url.path) for r in seen]
         assert paths == [
@@ -122,8 +123,8 @@ class TestRequests:
             "propagationPolicy": "Foreground",
         }
         assert seen[6].content == b""
-        assert ApiClient.path(POD, None) == "/apis/quaymaster.io/v1/pods"
-        assert ApiClient.path(POD, "a", "b", "status").endswith("/namespaces/a/pods/b/status")
+        assert build.path(POD, None) == "/apis/quaymaster.io/v1/pods"
+        assert build.path(POD, "a", "b", "status").endswith("/namespaces/a/pods/b/status")
 
     def test_error_body_raises_mapped_exception(self) -> None:
         def handler(request: httpx.Request) -> httpx.Response:
@@ -144,7 +145,7 @@ class TestRequests:
         def handler(request: httpx.Request) -> httpx.Response:
             raise httpx.ConnectError("refused", request=request)
 
-        with pytest.raises(ServerUnreachable, match=r"http://qm\.test"):
+        with pytest.raises(Unreachable, match=r"http://qm\.test"):
             client_for(handler).version()
 
 

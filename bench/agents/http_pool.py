@@ -15,11 +15,14 @@ seconds for a connection (:class:`QueueTimeout`, as an agent's request to an ove
 times out), aborts connections whose answer is ``timeout`` seconds late, and closes
 connections idle for ``idle_close`` seconds, before the server's keep-alive timeout (uvicorn's
 is 5 s) could close one under a request being written. A broken or refused connection fails
-its request with :class:`agent.api.Unreachable`, as the agent's own client does.
+its request with :class:`app.client.Unreachable`, as the shared client's other transport does.
+Time is read from the ``clock`` the pool is given (the monotonic clock unless a test passes
+its own), so the sweep's deadlines can be tested without waiting for them.
 :meth:`HttpPool.close` aborts every socket and fails everything outstanding at once.
 
-The caller (:class:`agent.hollow.AsyncApi`) maps status codes to errors; this module only
-moves bytes.
+The caller (:class:`app.client.AsyncRestClient`, through which the hollow nodes of
+:mod:`bench.agents.hollow` speak) builds the requests and maps status codes to errors; this
+module only moves bytes.
 """
 
 from __future__ import annotations
@@ -28,18 +31,16 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
-from agent.api import Unreachable
+from app.client import QueueTimeout, Unreachable
+from app.client.build import JSON
 
 Response = tuple[int, bytes]
 _NO_BODY = {204, 304}
 _EMPTY_BODY = b"Content-Length: 0\r\n\r\n"
-
-
-class QueueTimeout(Unreachable):
-    """The request waited too long for a free connection and was never sent."""
 
 
 class HttpError(Exception):
@@ -101,7 +102,7 @@ class _Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.future: asyncio.Future[Response] | None = None
         self.sent_at = 0.0
-        self.idle_since = time.monotonic()
+        self.idle_since = pool.clock()
         self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,7 +110,7 @@ class _Conn(asyncio.Protocol):
 
     def send(self, data: bytes, future: asyncio.Future[Response]) -> None:
         assert self.transport is not None
-        self.future, self.sent_at = future, time.monotonic()
+        self.future, self.sent_at = future, self.pool.clock()
         self.transport.write(data)
 
     def data_received(self, data: bytes) -> None:
@@ -128,7 +129,7 @@ class _Conn(asyncio.Protocol):
         future, self.future = self.future, None
         if not future.done():  # a caller that gave up (cancelled) gets nothing
             future.set_result((code, body))
-        self.idle_since = time.monotonic()
+        self.idle_since = self.pool.clock()
         if close or self.buf:
             self.close()
         else:
@@ -181,8 +182,8 @@ class HttpPool:
     every request. :meth:`send` returns ``(status, body)`` or raises ``Unreachable``."""
 
     def __init__(self, url: str, headers: dict[str, str], connections: int = 32, *,
-                 timeout: float = 30.0, queue_timeout: float = 10.0, idle_close: float = 4.0
-                 ) -> None:  # fmt: skip
+                 timeout: float = 30.0, queue_timeout: float = 10.0, idle_close: float = 4.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url}: only http://host[:port] is supported")
@@ -190,7 +191,7 @@ class HttpPool:
         host = f"{self.host}:{self.port}"
         fixed = {"Host": host, "Accept": "application/json", **headers}
         self._head = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode()
-        self.connections, self.timeout = connections, timeout
+        self.connections, self.timeout, self.clock = connections, timeout, clock
         self.queue_timeout, self.idle_close = queue_timeout, idle_close
         self._idle: list[_Conn] = []
         self._busy: set[_Conn] = set()
@@ -201,24 +202,31 @@ class HttpPool:
         self.closed = False
         self.sent = 0
 
-    def encode(self, method: str, target: str, body: bytes | None) -> bytes:
+    def encode(
+        self, method: str, target: str, body: bytes | None, content_type: str = JSON
+    ) -> bytes:
         line = f"{method} {target} HTTP/1.1\r\n".encode()
         if body is None:
             return line + self._head + (b"\r\n" if method == "GET" else _EMPTY_BODY)
-        length = b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        length = b"Content-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+            content_type.encode(),
+            len(body),
+        )
         return line + self._head + length + body
 
-    async def send(self, method: str, target: str, body: bytes | None = None) -> Response:
+    async def send(
+        self, method: str, target: str, body: bytes | None = None, content_type: str = JSON
+    ) -> Response:
         if self.closed:
             raise Unreachable(f"{self.url}: the client is closed")
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        data = self.encode(method, target, body)
+        data = self.encode(method, target, body, content_type)
         if self._idle:
             self._dispatch(self._idle.pop(), data, future)
         else:
-            self._waiting.append((time.monotonic() + self.queue_timeout, data, future))
+            self._waiting.append((self.clock() + self.queue_timeout, data, future))
             if len(self._busy) + len(self._idle) + self._connecting < self.connections:
                 self._connect()
         return await future
@@ -275,7 +283,7 @@ class HttpPool:
     async def _sweep(self) -> None:
         while not self.closed:
             await asyncio.sleep(0.1)
-            self.sweep(time.monotonic())
+            self.sweep(self.clock())
 
     def sweep(self, now: float) -> None:
         """Expire waiting requests, abort late answers, close idle connections."""

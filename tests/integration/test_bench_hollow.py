@@ -4,7 +4,7 @@ controller's own bookkeeping (``track`` over the lease rows' versions, read as i
 them) counts every node as renewed; pods bound to hollow nodes run on the ``sim`` runtime and
 reach Running and then Ready in two status writes each. Everything the test creates is
 deleted through the API at the end (the database is shared by the session). The nodes talk
-through :class:`agent.hollow_http.HttpPool`, the benchmark's client."""
+through :class:`bench.agents.http_pool.HttpPool`, the benchmark's client."""
 
 from __future__ import annotations
 
@@ -19,21 +19,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from agent.api import LEASE, NAMESPACE, NODE, POD, path
-from agent.hollow import (
-    AsyncApi,
-    AsyncPodApi,
-    HollowNode,
-    due_slots,
-    hollow_nodes,
-    hollow_pod,
-    pod_worker,
-)
-from agent.hollow_http import HttpPool
+from agent.api import LEASE, NAMESPACE, NODE, POD
 from agent.lease import LEASE_NAMESPACE
+from agent.loop import RestPodApi
 from agent.runtime.sim import SimRuntime
+from app.client import AsyncRestClient, build
 from app.core.controllers.nodelifecycle import track
+from app.core.kinds import Kind
 from app.devstack.apiserver import ApiServer
+from bench.agents.hollow import HollowNode, due_slots, hollow_nodes, hollow_pod, pod_worker
+from bench.agents.http_pool import HttpPool
 
 Obj = dict[str, Any]
 NODES = 200
@@ -94,7 +89,7 @@ async def test_hollow_nodes_renew_their_leases_and_run_pods(
     headers = {"Authorization": f"Bearer {api_server.token}"}
     http = HttpPool(api_server.url, headers, 50)  # the benchmark's own client
     try:
-        api = AsyncApi(http)
+        api = AsyncRestClient(http)
         nodes = hollow_nodes(api, prefix, NODES)
         names = [n.name for n in nodes]
         ns = prefix
@@ -117,7 +112,7 @@ async def test_hollow_nodes_renew_their_leases_and_run_pods(
 
             pods = [await api.create(POD, ns, hollow_pod(f"p{i}", names[i])) for i in range(PODS)]
             runtime = SimRuntime()
-            workers = [pod_worker(p, runtime, AsyncPodApi(api), "10.0.0.1") for p in pods]
+            workers = [pod_worker(p, runtime, RestPodApi(api), "10.0.0.1") for p in pods]
             tasks = [asyncio.create_task(w.run()) for w in workers]
             deadline = time.monotonic() + 15
             while any(w.writes < 2 for w in workers) and time.monotonic() < deadline:
@@ -142,15 +137,14 @@ async def test_hollow_nodes_renew_their_leases_and_run_pods(
     assert http.sent >= 3 * NODES and not http._busy and not http._idle
 
 
-async def cleanup(api: AsyncApi, ns: str, names: list[str]) -> None:
-    async def drop(url: str, body: Obj | None = None) -> None:
+async def cleanup(api: AsyncRestClient, ns: str, names: list[str]) -> None:
+    async def drop(kind: Kind, namespace: str | None, name: str, grace: int | None = None) -> None:
         with contextlib.suppress(Exception):  # cleanup goes on past what is already gone
-            await api.request("DELETE", url, body)
+            await api.delete(kind, namespace, name, grace_seconds=grace)
 
-    listed = await api.request("GET", path(POD, ns))
-    force = {"gracePeriodSeconds": 0}
-    pods = [path(POD, ns, p["metadata"]["name"]) for p in listed.get("items") or []]
-    await bounded([partial(drop, url, force) for url in pods])
-    await bounded([partial(drop, path(LEASE, LEASE_NAMESPACE, n)) for n in names])
-    await bounded([partial(drop, path(NODE, None, n)) for n in names])
-    await drop(path(NAMESPACE, None, ns))
+    listed = await api.send(build.list_page(POD, ns))
+    pods = [p["metadata"]["name"] for p in listed.get("items") or []]
+    await bounded([partial(drop, POD, ns, name, 0) for name in pods])
+    await bounded([partial(drop, LEASE, LEASE_NAMESPACE, n) for n in names])
+    await bounded([partial(drop, NODE, None, n) for n in names])
+    await drop(NAMESPACE, None, ns)

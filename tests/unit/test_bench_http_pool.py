@@ -1,26 +1,25 @@
 """The hollow nodes' HTTP/1.1 pool against a small real server on a local socket: requests on
-the wire as the agent sends them, keep-alive reuse within the connection limit, chunked and
-sized bodies, error bodies mapped as the agent's client maps them, and every way a request
+the wire as the shared client builds them, keep-alive reuse within the connection limit,
+chunked and sized bodies, error bodies mapped by the shared client, and every way a request
 can fail (refused, cut mid-answer, never answered, never given a connection, pool closed)
-ending as ``Unreachable`` within its deadline, never a hang."""
+ending as ``Unreachable``, never a hang. The pool's deadlines run on a fake clock."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from agent.api import LEASE, Unreachable
-from agent.hollow import AsyncApi
-from agent.hollow_http import HttpError, HttpPool, QueueTimeout, parse_chunked, parse_head
+from agent.api import LEASE
+from app.client import AsyncRestClient, QueueTimeout, Unreachable
+from app.client.build import Request, encode
 from app.core.errors import Conflict, StatusError
+from bench.agents.http_pool import HttpError, HttpPool, parse_chunked, parse_head
 
 
 @dataclass
@@ -89,10 +88,35 @@ async def server() -> AsyncIterator[Server]:
         await asyncio.wait_for(listener.wait_closed(), 2)
 
 
-def pool(srv: Server, connections: int = 2, **kw: float) -> HttpPool:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool(srv: Server, connections: int = 2, clock: Clock | None = None, **kw: float) -> HttpPool:
     return HttpPool(
-        f"http://127.0.0.1:{srv.port}", {"Authorization": "Bearer t"}, connections, **kw
-    )
+        f"http://127.0.0.1:{srv.port}", {"Authorization": "Bearer t"}, connections,
+        clock=clock or time.monotonic, **kw,
+    )  # fmt: skip
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for a condition the event loop brings about (the socket's other end)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def get(target: str) -> Request:
+    return Request("GET", target)
+
+
+def put(target: str, body: object) -> Request:
+    return Request("PUT", target, body=encode(body))
 
 
 @pytest.mark.parametrize(
@@ -125,7 +149,7 @@ async def test_requests_go_out_as_the_agent_sends_them_over_few_connections(
     server: Server,
 ) -> None:
     http = pool(server, connections=2)
-    api = AsyncApi(http)
+    api = AsyncRestClient(http)
     body = {"metadata": {"name": "n1", "resourceVersion": "7"}, "spec": {"epoch": 0}}
     got = await asyncio.gather(*(api.replace(LEASE, "ns", body) for _ in range(20)))
     got.append(await api.get(LEASE, "ns", "n1"))
@@ -155,14 +179,14 @@ async def test_chunked_answers_and_status_bodies_map_to_the_agents_errors(server
 
     server.answer = answer
     http = pool(server)
-    api = AsyncApi(http)
-    assert await api.request("GET", "/x") == {"a": 1}
+    api = AsyncRestClient(http)
+    assert await api.send(get("/x")) == {"a": 1}
     with pytest.raises(Conflict, match="stale"):
-        await api.request("PUT", "/x", {})
+        await api.send(put("/x", {}))
     with pytest.raises(StatusError, match="bad gateway") as err:
-        await api.request("POST", "/x", {})
+        await api.send(Request("POST", "/x", body=b"{}"))
     assert err.value.code == 502
-    assert await api.request("GET", "/x") == {"a": 1}  # the connection is still in step
+    assert await api.send(get("/x")) == {"a": 1}  # the connection is still in step
     await http.close()
     assert api.codes == {"200": 2, "409": 1, "502": 1} and server.connections == 1
 
@@ -176,10 +200,10 @@ async def test_a_connection_cut_mid_answer_fails_that_request_only(server: Serve
 
     server.answer = answer
     http = pool(server, connections=1)
-    api = AsyncApi(http)
+    api = AsyncRestClient(http)
     with pytest.raises(Unreachable):
-        await api.request("GET", "/cut")
-    assert (await api.request("GET", "/after"))["target"] == "/after"
+        await api.send(get("/cut"))
+    assert (await api.send(get("/after")))["target"] == "/after"
     await http.close()
     assert server.connections == 2 and api.codes == {"unreachable": 1, "200": 1}
 
@@ -206,15 +230,21 @@ async def test_requests_without_a_connection_give_up_after_the_queue_timeout(
     server: Server,
 ) -> None:
     server.answer = silent
-    http = pool(server, connections=1, queue_timeout=0.3, timeout=5)
-    api = AsyncApi(http)
-    first = asyncio.ensure_future(api.request("GET", "/slow"))
-    while not server.seen:
-        await asyncio.sleep(0.01)
-    t = time.monotonic()
+    clock = Clock()
+    http = pool(server, connections=1, clock=clock, queue_timeout=0.3, timeout=5)
+    api = AsyncRestClient(http)
+    first = asyncio.ensure_future(api.send(get("/slow")))
+    await until(lambda: bool(server.seen))
+    queued = asyncio.ensure_future(api.send(get("/queued")))
+    await until(lambda: bool(http._waiting))
+    clock.now += 0.25
+    http.sweep(clock.now)
+    assert http._waiting, "not yet due: still waiting"
+    clock.now += 0.1
+    http.sweep(clock.now)
     with pytest.raises(QueueTimeout):
-        await api.request("GET", "/queued")
-    assert 0.25 < time.monotonic() - t < 1.5 and api.codes == {"queue-timeout": 1}
+        await queued
+    assert api.codes == {"queue-timeout": 1}
     assert not first.done() and [s.target for s in server.seen] == ["/slow"]
     await http.close()
     with pytest.raises(Unreachable):
@@ -223,13 +253,18 @@ async def test_requests_without_a_connection_give_up_after_the_queue_timeout(
 
 async def test_an_answer_later_than_the_timeout_aborts_its_connection(server: Server) -> None:
     server.answer = silent
-    http = pool(server, connections=1, timeout=0.3)
-    t = time.monotonic()
+    clock = Clock()
+    http = pool(server, connections=1, clock=clock, timeout=0.3)
+    late = asyncio.ensure_future(http.send("GET", "/slow"))
+    await until(lambda: bool(server.seen))
+    clock.now += 0.25
+    http.sweep(clock.now)
+    assert http._busy, "not yet late: the connection is kept"
+    clock.now += 0.1
+    http.sweep(clock.now)
     with pytest.raises(Unreachable, match="no answer"):
-        await http.send("GET", "/slow")
-    assert time.monotonic() - t < 1.5
-    await asyncio.sleep(0.1)
-    assert server.open == 0
+        await late
+    await until(lambda: server.open == 0)
     await http.close()
 
 
@@ -252,11 +287,16 @@ async def test_close_fails_everything_outstanding_and_drops_every_connection(
 
 
 async def test_idle_connections_are_closed_before_the_server_would(server: Server) -> None:
-    http = pool(server, connections=1, idle_close=0.2)
+    clock = Clock()
+    http = pool(server, connections=1, clock=clock, idle_close=0.2)
     await http.send("GET", "/a")
     assert server.open == 1
-    await asyncio.sleep(0.5)
-    assert server.open == 0
+    clock.now += 0.15
+    http.sweep(clock.now)
+    assert http._idle, "not idle long enough: kept"
+    clock.now += 0.1
+    http.sweep(clock.now)
+    await until(lambda: server.open == 0)
     status, _ = await http.send("GET", "/b")
     await http.close()
     assert status == 200 and server.connections == 2
@@ -280,7 +320,6 @@ async def test_a_caller_that_gives_up_does_not_shift_answers_onto_others(server:
 async def test_the_benchmark_load_stops_within_seconds_with_everything_in_flight(
     server: Server,
 ) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ is not installed
     from bench.agents.load import Load  # the benchmark's driver: its stop once hung for minutes
 
     server.answer = silent

@@ -1,11 +1,14 @@
-"""Hollow nodes: thousands of simulated agents in one process, for scale tests.
+"""Hollow nodes: thousands of simulated agents in one process, a load generator for scale tests.
 
 A real agent holds a thread per lease keeper and a synchronous client; ten thousand of those
 cannot share a process. A hollow node makes the same API calls a real agent makes, with the
 same pure builders and in the same order, from asyncio over a shared transport: the benchmark's
-:class:`agent.hollow_http.HttpPool` (a fixed pool of keep-alive connections per server, cheap
-enough that ten thousand nodes do not saturate the process that simulates them) or an
-``httpx.AsyncClient`` (the unit tests' mock transport):
+:class:`bench.agents.http_pool.HttpPool` (a fixed pool of keep-alive connections per server,
+cheap enough that ten thousand nodes do not saturate the process that simulates them) or an
+``httpx.AsyncClient`` (the unit tests' mock transport). The transport only moves bytes: every
+request is built and every answer decoded by the shared client
+(:class:`app.client.AsyncRestClient`), the same code as the agent's and the CLI's. They
+live in ``bench/``, not in the agent: no production process runs them.
 
 * registration as :class:`agent.node.NodeStatusWriter` does it: ``GET`` the node, ``POST`` it
   with :func:`agent.node.labels_for` if missing, then ``GET`` + ``PUT .../status`` with
@@ -17,7 +20,8 @@ enough that ten thousand nodes do not saturate the process that simulates them) 
 * the 10 s usage report as :class:`agent.usage.UsageCollector` sends it (``POST`` of
   :func:`agent.usage.sample_body`), for ``usage_pods`` simulated pods whose figures vary;
 * pods run by the real :class:`agent.pods.PodWorker` on the ``sim`` runtime, whose status
-  writes go through :class:`AsyncPodApi` (a start costs two writes: Running, then Ready).
+  writes go through the agent's own :class:`agent.loop.RestPodApi` (a start costs two writes:
+  Running, then Ready).
 
 Probes of hollow pods succeed at once (:func:`always_succeeds`): nothing runs to probe.
 Who runs the nodes and when is the caller's business (``bench/agents``, the hollow tests);
@@ -30,43 +34,30 @@ import asyncio
 import contextlib
 import math
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
-import msgspec
 
-from agent.api import LEASE, NAMESPACE, NODE, POD, Unreachable, path
+from agent.api import LEASE, NAMESPACE, NODE
 from agent.backoff import CrashLoopBackoff
-from agent.hollow_http import QueueTimeout
 from agent.lease import LEASE_NAMESPACE, LEASE_SECONDS, renewed
+from agent.loop import RestPodApi
 from agent.machine import Machine, Reserve, Resources
 from agent.node import NodeConfig, desired_status, labels_for
 from agent.pods import PodWorker
 from agent.probe_exec import ProbeContext
 from agent.probes import Action, Outcome, ProbeResult
 from agent.runtime.sim import SimRuntime
-from agent.usage import sample_body, samples_path
-from app.core import errors
+from agent.usage import sample_body
+from app.client import AsyncRestClient, QueueTimeout, Transport, Unreachable
+from app.client.build import JSON
 from app.core.errors import AlreadyExists, Conflict, NotFound
-from app.core.kinds import BY_KIND, Kind
 
 Obj = dict[str, Any]
 HOLLOW_VERSION = "quaymaster-agent/1 (hollow)"
 GIB = 2**30
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
-
-
-class Transport(Protocol):
-    """Sends one request, returns ``(status, body)``; raises ``Unreachable`` when the
-    connection fails (``QueueTimeout`` when the request never got one)."""
-
-    async def send(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]: ...
-
-    async def close(self) -> None: ...
 
 
 class HttpxTransport:
@@ -84,16 +75,18 @@ class HttpxTransport:
         self._gate = asyncio.Semaphore(inflight)
         self.queue_timeout = queue_timeout
 
-    async def send(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json"} if body is not None else None
+    async def send(
+        self, method: str, target: str, body: bytes | None = None, content_type: str = JSON
+    ) -> tuple[int, bytes]:
+        headers = {"Content-Type": content_type} if body is not None else None
         try:
             await asyncio.wait_for(self._gate.acquire(), self.queue_timeout)
         except TimeoutError as exc:
-            raise QueueTimeout(f"{method} {url}: no turn within {self.queue_timeout}s") from exc
+            raise QueueTimeout(f"{method} {target}: no turn within {self.queue_timeout}s") from exc
         try:
-            resp = await self.client.request(method, url, content=body, headers=headers)
+            resp = await self.client.request(method, target, content=body, headers=headers)
         except httpx.TransportError as exc:
-            raise Unreachable(f"{method} {url}: {exc!r}") from exc
+            raise Unreachable(f"{method} {target}: {exc!r}") from exc
         finally:
             self._gate.release()
         return resp.status_code, resp.content
@@ -102,55 +95,14 @@ class HttpxTransport:
         await self.client.aclose()
 
 
-class AsyncApi:
-    """The agent client's requests (:class:`agent.api.AgentApi`) over a shared transport:
-    an :class:`agent.hollow_http.HttpPool` (the benchmark's) or an ``httpx.AsyncClient``.
-
-    Bodies are JSON; an answer of 400 or more is raised as the ``StatusError`` its
-    ``kind: Status`` body describes and a broken connection as :class:`Unreachable`, exactly
-    as the agent's client maps them. ``codes`` counts every answer by HTTP status
-    (``"unreachable"`` for transport errors, ``"queue-timeout"`` for requests that never got
-    a connection), so a benchmark can report errors by kind without wrapping each call."""
-
-    def __init__(
-        self, client: httpx.AsyncClient | Transport, inflight: int = 32, queue_timeout: float = 10.0
-    ) -> None:
-        if isinstance(client, httpx.AsyncClient):
-            client = HttpxTransport(client, inflight, queue_timeout)
-        self.transport: Transport = client
-        self.codes: Counter[str] = Counter()
-
-    async def request(self, method: str, url: str, body: Any = None) -> Any:
-        content = _encode(body) if body is not None else None
-        try:
-            status, raw = await self.transport.send(method, url, content)
-        except QueueTimeout:
-            self.codes["queue-timeout"] += 1
-            raise
-        except Unreachable:
-            self.codes["unreachable"] += 1
-            raise
-        self.codes[str(status)] += 1
-        if status >= 400:
-            try:
-                err_body: Any = _decode(raw)
-            except msgspec.DecodeError:
-                err_body = {"message": raw.decode(errors="replace").strip()[:500]}
-            raise errors.from_status(err_body, status)
-        return _decode(raw) if raw else {}
-
-    async def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
-        obj: Obj = await self.request("GET", path(kind, namespace, name))
-        return obj
-
-    async def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
-        obj: Obj = await self.request("POST", path(kind, namespace), body)
-        return obj
-
-    async def replace(self, kind: Kind, namespace: str | None, body: Obj, sub: str = "") -> Obj:
-        name = str(body["metadata"]["name"])
-        obj: Obj = await self.request("PUT", path(kind, namespace, name, sub), body)
-        return obj
+def hollow_api(
+    client: httpx.AsyncClient | Transport, inflight: int = 32, queue_timeout: float = 10.0
+) -> AsyncRestClient:
+    """The shared asynchronous client over ``client``: an :class:`bench.agents.http_pool.HttpPool`
+    (the benchmark's) or an ``httpx.AsyncClient`` (wrapped in :class:`HttpxTransport`)."""
+    if isinstance(client, httpx.AsyncClient):
+        client = HttpxTransport(client, inflight, queue_timeout)
+    return AsyncRestClient(client)
 
 
 def hollow_machine(name: str, cpus: int = 32, memory_gib: int = 128, pods: int = 110) -> Machine:
@@ -171,7 +123,7 @@ class HollowNode:
     """One simulated agent's node, lease and status; every method is one agent action."""
 
     cfg: NodeConfig
-    api: AsyncApi
+    api: AsyncRestClient
     machine: Machine
     lease: Obj | None = field(default=None, repr=False)
     node: Obj | None = field(default=None, repr=False)
@@ -191,7 +143,7 @@ class HollowNode:
             self.node = await self.api.get(NODE, None, self.name)
         except NotFound:
             body = {
-                "metadata": {"name": self.name, "labels": labels_for(self.cfg, self.name)},
+                "metadata": {"name": self.name, "labels": labels_for(self.cfg)},
                 "spec": {},
             }
             try:
@@ -247,7 +199,7 @@ class HollowNode:
     async def report_usage(self, wall: float) -> None:
         """One usage report, as the agent's collector sends it every 10 s."""
         pods = usage_entries(self.name, self.usage_pods, wall)
-        await self.api.request("POST", samples_path(self.name), sample_body(self.name, wall, pods))
+        await self.api.report_usage(self.name, sample_body(self.name, wall, pods))
         self.usage_reports += 1
 
 
@@ -275,7 +227,10 @@ def usage_entries(node: str, count: int, wall: float) -> list[Obj]:
 
 
 def hollow_nodes(
-    api: AsyncApi, prefix: str, count: int, zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
+    api: AsyncRestClient,
+    prefix: str,
+    count: int,
+    zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c"),
 ) -> list[HollowNode]:
     """``count`` hollow nodes named ``<prefix>-00000`` ..., round-robin over ``zones``."""
     width = max(5, len(str(count - 1)))
@@ -288,31 +243,6 @@ def hollow_nodes(
 
 
 # ---------------------------------------------------------------------------- pods
-
-
-class AsyncPodApi:
-    """:class:`agent.pods.PodApi` over :class:`AsyncApi`: the same requests as the real
-    agent's :class:`agent.loop.RestPodApi`, without a thread per call."""
-
-    def __init__(self, api: AsyncApi) -> None:
-        self.api = api
-
-    async def get(self, namespace: str, name: str) -> Obj:
-        return await self.api.get(POD, namespace, name)
-
-    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
-        ns = str(pod["metadata"].get("namespace") or "")
-        return await self.api.replace(POD, ns, {**pod, "status": new_status}, "status")
-
-    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        await self.api.request("DELETE", path(POD, namespace, name), body)
-
-    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
-        try:
-            return await self.api.get(BY_KIND[kind], namespace, name)
-        except NotFound:
-            return None
 
 
 async def always_succeeds(action: Action, timeout: float, ctx: ProbeContext) -> ProbeResult:
@@ -336,7 +266,7 @@ def hollow_pod(name: str, node: str, ready_after: int = 1) -> Obj:
     }
 
 
-def pod_worker(pod: Obj, runtime: SimRuntime, api: AsyncPodApi, host_ip: str) -> PodWorker:
+def pod_worker(pod: Obj, runtime: SimRuntime, api: RestPodApi, host_ip: str) -> PodWorker:
     """The real per-pod worker on the ``sim`` runtime with probes that always pass."""
     return PodWorker(
         pod, runtime, api, CrashLoopBackoff(), prober=always_succeeds, host_ip=host_ip, poll=1.0

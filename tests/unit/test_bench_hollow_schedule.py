@@ -1,7 +1,7 @@
 """Hollow nodes without a server: the spread schedule, and the requests a hollow node sends
 (checked against an in-memory API behind ``httpx.MockTransport``) being the real agent's:
 registration, conditional lease renewal that keeps the epoch someone else wrote, status
-writes of a sim pod (Running, then Ready), errors mapped as the agent's client maps them."""
+writes of a sim pod (Running, then Ready), errors mapped by the shared client."""
 
 from __future__ import annotations
 
@@ -13,20 +13,22 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.api import Unreachable
-from agent.hollow import (
-    AsyncApi,
-    AsyncPodApi,
+from agent.api import POD
+from agent.lease import LEASE_NAMESPACE
+from agent.loop import RestPodApi
+from agent.runtime.sim import SimRuntime
+from app.api.usage_schema import parse_sample
+from app.client import Unreachable
+from app.client.build import Request, encode
+from app.core.errors import Conflict, Invalid
+from bench.agents.hollow import (
     due_slots,
+    hollow_api,
     hollow_nodes,
     hollow_pod,
     lateness_ok,
     pod_worker,
 )
-from agent.lease import LEASE_NAMESPACE
-from agent.runtime.sim import SimRuntime
-from app.api.usage_schema import parse_sample
-from app.core.errors import Conflict, Invalid
 
 Obj = dict[str, Any]
 BASE = "/apis/quaymaster.io/v1"
@@ -133,7 +135,7 @@ def test_lateness_is_measured_against_the_due_time() -> None:
 async def test_registration_and_renewal_send_what_an_agent_sends() -> None:
     fake = FakeApi()
     async with client(fake) as http:
-        node = hollow_nodes(AsyncApi(http), "h", 3)[1]
+        node = hollow_nodes(hollow_api(http), "h", 3)[1]
         await node.register(1_000.0)
         assert fake.log == [
             ("GET", f"{BASE}/nodes/h-00001"),
@@ -173,7 +175,7 @@ async def test_usage_reports_are_what_the_collector_sends_and_the_server_accepts
 
     transport = httpx.MockTransport(accept)
     async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
-        node = hollow_nodes(AsyncApi(http), "h", 1)[0]
+        node = hollow_nodes(hollow_api(http), "h", 1)[0]
         node.usage_pods = 10
         wall = 1_800_000_000.0
         await node.report_usage(wall)
@@ -196,7 +198,7 @@ async def test_usage_reports_are_what_the_collector_sends_and_the_server_accepts
 async def test_a_renewal_that_loses_twice_raises_conflict() -> None:
     fake = FakeApi()
     async with client(fake) as http:
-        node = hollow_nodes(AsyncApi(http), "h", 1)[0]
+        node = hollow_nodes(hollow_api(http), "h", 1)[0]
         await node.register(0.0)
         fake.refuse_puts = True  # every write loses a race
         with pytest.raises(Conflict):
@@ -212,24 +214,22 @@ async def test_errors_are_the_agents_exceptions_and_counted_by_code() -> None:
     async with httpx.AsyncClient(
         base_url="http://api", transport=httpx.MockTransport(handler)
     ) as http:
-        api = AsyncApi(http)
+        api = hollow_api(http)
         with pytest.raises(Invalid):
-            await api.request("PUT", "/x", {"a": 1})
+            await api.send(Request("PUT", "/x", body=encode({"a": 1})))
         with pytest.raises(Unreachable):
-            await api.request("GET", "/broken")
+            await api.send(Request("GET", "/broken"))
         assert api.codes == {"422": 1, "unreachable": 1}
 
 
 async def test_a_sim_pod_start_costs_two_status_writes_running_then_ready() -> None:
     fake = FakeApi()
     async with client(fake) as http:
-        api = AsyncApi(http)
+        api = hollow_api(http)
         fake.namespaces.add("ns")
-        created = await api.request(
-            "POST", f"{BASE}/namespaces/ns/pods", hollow_pod("p", "h-1", ready_after=0)
-        )
+        created = await api.create(POD, "ns", hollow_pod("p", "h-1", ready_after=0))
         created["metadata"].update(namespace="ns", uid="u-1")
-        worker = pod_worker(created, SimRuntime(), AsyncPodApi(api), "10.0.0.9")
+        worker = pod_worker(created, SimRuntime(), RestPodApi(api), "10.0.0.9")
         task = asyncio.create_task(worker.run())
         for _ in range(100):
             if worker.writes >= 2:
