@@ -231,10 +231,10 @@ async def test_a_sim_pod_start_costs_two_status_writes_running_then_ready() -> N
         created["metadata"].update(namespace="ns", uid="u-1")
         worker = pod_worker(created, SimRuntime(), RestPodApi(api), "10.0.0.9")
         task = asyncio.create_task(worker.run())
-        for _ in range(100):
+        for _ in range(10_000):  # the sim runtime and the fake API answer without waiting
             if worker.writes >= 2:
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0)
         worker.request_stop(confirm=False)
         await asyncio.wait_for(task, 5)
         puts = [u for m, u in fake.log if m == "PUT"]

@@ -16,12 +16,9 @@ from typing import Any
 
 import pytest
 
-# Files that still sleep, each with why. The hollow-node HTTP pool and its load schedule are
-# exercised against real sockets and real timers; they leave this tier with that code.
-ALLOWED = {
-    "test_agent_hollow_http.py": "a real socket pool's timeouts (moving out of the unit tier)",
-    "test_agent_hollow_schedule.py": "the hollow load's pacing (moving out of the unit tier)",
-}
+# Files that may still sleep, each with why (none: a test on real sockets and timers belongs
+# in tests/integration, as the hollow nodes' HTTP pool's does).
+ALLOWED: dict[str, str] = {}
 
 
 class WallClockSleep(AssertionError):
