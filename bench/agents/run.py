@@ -83,14 +83,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def start_api(stack: Stack, procs: Procs, logdir: Path, redis_url: str) -> tuple[str, int]:
+def start_api(stack: Stack, procs: Procs, logdir: Path, redis_url: str = "") -> tuple[str, int]:
+    """An API server on a free port; ``redis_url`` is the usage store (none: reports 503)."""
     port = free_port()
-    env = {
-        "DATABASE_URL": stack.url,
-        "QM_BOOTSTRAP_TOKEN": stack.token,
-        "QM_API_PORT": str(port),
-        "QM_USAGE_REDIS_URL": redis_url,
-    }
+    env = {"DATABASE_URL": stack.url, "QM_BOOTSTRAP_TOKEN": stack.token, "QM_API_PORT": str(port)}
+    if redis_url:
+        env["QM_USAGE_REDIS_URL"] = redis_url
     proc = procs.start(["-m", "app.api", "--port", str(port)], env, logdir / f"api-{port}.log")
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
