@@ -182,7 +182,7 @@ async def test_a_besteffort_hog_is_evicted_and_a_guaranteed_pod_keeps_running(
         assert (target["status"], target["reason"]) == ("True", "TerminationByAgent")
         assert node.monitor.evicted == ["hog"]
         await wait_for(lambda: ("True", True) in seen, timeout=5)
-        events, _ = node.api.list(BY_KIND["Event"], node.namespace)
+        events, _ = node.api.list_items(BY_KIND["Event"], node.namespace)
         assert any(e.get("reason") == "Evicted" and e.get("type") == "Warning" for e in events)
         await wait_for(lambda: seen[-1] == ("False", False), timeout=10)
         watcher.cancel()

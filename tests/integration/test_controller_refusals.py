@@ -95,8 +95,12 @@ def test_a_replicaset_refused_by_a_quota_tells_what_it_made_and_retries(
     told = events(db, uid)
     assert "exceeded quota" in told["FailedCreate"]
     assert told["SuccessfulCreate"] == "Created 1 of 3 pods"  # not "Created 3 pod(s)"
-    assert status(db, "replicasets", uid).get("replicas") is None  # no status of refused pods
+    # The status tells what the reconcile observed, never the pods it was refused.
+    assert status(db, "replicasets", uid)["replicas"] == 0
     assert settle("ReplicaSet", "web", out, 0.0).retry == pytest.approx(5.0)
+    rt.run(replicaset.reconcile_key(rt, NS, "web", time.time()))  # the retry: refused again
+    assert children(db, "pods", uid) == 1
+    assert status(db, "replicasets", uid)["replicas"] == 1
 
 
 def test_a_job_refused_by_a_quota_keeps_its_counts_and_retries(

@@ -11,10 +11,12 @@ Order and rules:
    parallel pod streams) passes its own ``Creator``, which reports through the same types.
 2. **Deletes** name the uid they mean; one already gone, or replaced by a namesake, is done.
 3. **Updates**, conditional on the ``resourceVersion`` read.
-4. **The owner's status**, conditional on the version the reconcile read, and only when every
-   other write of the plan happened: a status computed from children that were refused (a
-   CronJob's ``lastScheduleTime``, a Job's counts) must not be written; the next reconcile,
-   which the failure's retry brings soon, writes the status of what exists then.
+4. **The owner's status**, conditional on the version the reconcile read. A status that counts
+   the plan's writes as done (``Plan.status_assumes_writes``: a CronJob's
+   ``lastScheduleTime``, a Job's counts) is written only when every other write of the plan
+   happened; the next reconcile, which the failure's retry brings soon, writes the status of
+   what exists then. A status of what the reconcile observed (a ReplicaSet's replicas) is
+   written whatever the other writes did.
 5. **Events**: the plan's, except that ``SuccessfulCreate`` is kept only when every child it
    announces exists, plus one Event per failure worth telling (``workers.outcome``).
 
@@ -164,7 +166,7 @@ async def apply_plan(
         except StatusError as exc:
             failures += _failed(exc, notes, "update", kind, obj["metadata"]["name"])
     status_written, gone = False, False
-    if plan.status is not None and not failures:
+    if plan.status is not None and not (failures and plan.status_assumes_writes):
         image = dict(owner.obj)
         image["status"] = plan.status
         try:

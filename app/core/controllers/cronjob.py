@@ -173,6 +173,7 @@ def reconcile(cronjob: Obj, jobs: list[Obj], now: float) -> tuple[Plan, list[tup
         creates=creates,
         deletes=tuple(deletes),
         status=status if status != old else None,
+        status_assumes_writes=True,
         requeue_after=requeue,
     )
     return plan, notes

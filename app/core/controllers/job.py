@@ -152,6 +152,7 @@ def reconcile(
         creates=creates,
         deletes=deletes,
         status=status if status != old else None,
+        status_assumes_writes=True,
         requeue_after=None if ttl_delete else requeue,
     )
 

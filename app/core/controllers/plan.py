@@ -45,7 +45,8 @@ class Plan:
     ``creates`` are full objects (``metadata.name`` or ``metadata.generateName``, labels,
     ownerReferences); ``updates`` are whole objects whose spec or metadata changed, carrying
     the ``metadata.resourceVersion`` they were read at so a concurrent change fails the write;
-    ``status`` is the owner's new status (``None`` when unchanged); ``requeue_after`` is how many
+    ``status`` is the owner's new status (``None`` when unchanged; see
+    ``status_assumes_writes``); ``requeue_after`` is how many
     seconds from now the controller wants to look again even if nothing changes; ``events``
     are what a human would look for about the reconciled object (they accompany writes).
     """
@@ -56,6 +57,10 @@ class Plan:
     status: Obj | None = None
     requeue_after: float | None = None
     events: tuple[Note, ...] = ()
+    # The status counts the plan's writes as done (a Job's active pods, a CronJob's
+    # lastScheduleTime): written only if they all happen. Otherwise the status describes what
+    # the reconcile observed, which stays true whatever the writes do.
+    status_assumes_writes: bool = False
 
     @property
     def empty(self) -> bool:
