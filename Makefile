@@ -78,6 +78,7 @@ bench: install
 	$(BIN)/python -m bench.scheduler.run --queued
 	$(BIN)/python -m bench.scheduler.run --profile affinity
 	$(BIN)/python bench/controllers/job.py
+	$(BIN)/python bench/controllers/namespace_delete.py --runs 3
 	$(BIN)/python -m bench.controllers.run --profile deployment
 	$(BIN)/python -m bench.controllers.run --profile tasks
 	$(BIN)/python -m bench.controllers.quota_cost
