@@ -334,7 +334,11 @@ class SchedulerService:
             until = started + s.cycle_seconds
             self.cycles += 1
             seed = cycle_seed(self.seed_base, self.cycles)
-            placements, failures = self.engine.cycle(now, s.batch_size, _before(until), seed)
+            # Batch pods only as far as the bind pipeline has room; production pods always,
+            # so they never wait for a batch bind to commit before they are even decided.
+            placements, failures = self.engine.cycle(
+                now, s.batch_size, _before(until), seed, max_batch=self._batch_room()
+            )
             if placements or failures:
                 self.metrics.cycle.observe(time.perf_counter() - started)
                 log.debug(
@@ -347,15 +351,6 @@ class SchedulerService:
                 self._spawn(self._bind(production))
             batch = [p for p in placements if p.pod.req.batch]
             if batch:
-                # Decide the next cycle while this one commits, with at most two full batches'
-                # worth of pods in flight (cycles cut short by time make smaller batches, and
-                # those may pipeline deeper), and at most MAX_BINDS_IN_FLIGHT transactions.
-                limit = 2 * s.batch_size
-                while self._batch_inflight and (
-                    self._batch_pods + len(batch) > limit
-                    or len(self._batch_inflight) >= MAX_BINDS_IN_FLIGHT
-                ):
-                    await asyncio.wait(self._batch_inflight, return_when=asyncio.FIRST_COMPLETED)
                 task = self._spawn(self._bind(batch))
                 self._batch_inflight[task] = len(batch)
                 self._batch_pods += len(batch)
@@ -377,8 +372,18 @@ class SchedulerService:
         task.add_done_callback(self._finished)
         return task
 
+    def _batch_room(self) -> int:
+        """Batch pods the next cycle may place: the next cycle is decided while earlier ones
+        commit, with at most two full batches' worth of pods in flight (cycles cut short by
+        time make smaller batches, and those may pipeline deeper), in at most
+        MAX_BINDS_IN_FLIGHT transactions."""
+        if len(self._batch_inflight) >= MAX_BINDS_IN_FLIGHT:
+            return 0
+        return max(0, 2 * self.settings.batch_size - self._batch_pods)
+
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._batch_pods -= self._batch_inflight.pop(task, 0)
+        self._wake.set()  # room for the batch pods left waiting
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

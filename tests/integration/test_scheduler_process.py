@@ -353,3 +353,29 @@ def test_production_pods_are_placed_even_when_the_stream_lags(cluster: Cluster) 
         "SELECT max(bound_at - creation_timestamp) FROM pods WHERE priority >= 1000"
     ).fetchone()[0]  # type: ignore[index]
     assert latency.total_seconds() < 5
+
+
+def test_production_pods_are_bound_while_batch_binds_are_held_up(cluster: Cluster) -> None:
+    """Batch binds in flight hold back only batch pods: with two batches' worth of binds
+    waiting on row locks (the pipeline full), a production pod is still decided and bound."""
+    for i in range(3):
+        cluster.node(f"node-{i}", f"zone-{i}", cpu="32", memory="64Gi")
+    batch = [f"batch-{i:02d}" for i in range(20)]
+    cluster.pods(batch, cpu="100m", memory="64Mi", priority=10)
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = 'quaymaster' AND wait_event_type = 'Lock'"
+    )
+    with psycopg.connect(cluster.url) as holder:  # its transaction stays open until the end
+        holder.execute("SELECT 1 FROM pods WHERE priority < 1000 FOR UPDATE")
+        cluster.start_scheduler("--batch-size", "5")
+        cluster.wait(
+            lambda: cluster.db.execute(waiting).fetchone()[0] >= 2,  # type: ignore[index]
+            what="two batch binds waiting on the locks",
+        )
+        cluster.pods(["prod-0"], cpu="500m", priority=2000)
+        cluster.wait(lambda: "prod-0" in cluster.bound(), timeout=30, what="prod-0 bound")
+        assert set(cluster.bound()) == {"prod-0"}
+    cluster.wait(lambda: len(cluster.bound()) == 21, what="the batch bound once released")
+    assert cluster.over_allocated() == []
+    assert cluster.bind_transitions() == {n: 1 for n in [*batch, "prod-0"]}

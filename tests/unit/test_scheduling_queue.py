@@ -67,6 +67,22 @@ def test_production_created_mid_burst_pops_first() -> None:
     assert q.pop().name == "b100"  # type: ignore[union-attr]
 
 
+def test_a_priority_floor_leaves_lower_pods_queued() -> None:
+    q = SchedulingQueue()
+    q.add(pod("b0", priority=0), 0.0)
+    q.add(pod("web", priority=1000), 0.0)
+    assert names(drain_floor(q, 1000)) == ["web"]
+    assert q.pop(min_priority=1000) is None
+    assert names(drain(q)) == ["b0"]  # still there for the next pop without a floor
+
+
+def drain_floor(q: SchedulingQueue, floor: int) -> list[str]:
+    out = []
+    while (p := q.pop(min_priority=floor)) is not None:
+        out.append(p.uid)
+    return out
+
+
 @pytest.mark.parametrize(
     ("priorities", "expected"),
     [

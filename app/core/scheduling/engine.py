@@ -144,11 +144,13 @@ class Engine:
         max_pods: int,
         time_left: Callable[[], bool] | None = None,
         seed: int | None = None,
+        max_batch: int | None = None,
     ) -> tuple[list[Placement], list[Failure]]:
         """Decide up to ``max_pods`` pods from the front of the queue, stopping early once
         ``time_left()`` says the cycle's time is up (checked every 16 pods). The cycle's
         random choices are seeded with ``seed`` (None: one drawn from the engine's ``rng``),
-        kept in ``self.seed``."""
+        kept in ``self.seed``. With ``max_batch``, at most that many batch pods are placed;
+        after that the cycle takes only production pods, and the batch pods wait queued."""
         self.seed = self._seeds.getrandbits(64) if seed is None else seed
         self.rng = random.Random(self.seed)
         if self._room_appeared:
@@ -158,10 +160,12 @@ class Engine:
         placements: list[Placement] = []
         failures: list[Failure] = []
         preemptions = 0
+        batch_left = max_batch
         for n in range(max_pods):
             if time_left is not None and n % 16 == 15 and not time_left():
                 break
-            popped = self.queue.pop()
+            full = batch_left is not None and batch_left <= 0
+            popped = self.queue.pop(self.config.threshold if full else None)
             if popped is None:
                 break
             pod = self.snapshot.pods.get(popped.uid, popped)
@@ -175,6 +179,8 @@ class Engine:
                 placement = Placement(pod, slot, node.name, node.uid)
                 self._deciding[pod.uid] = placement
                 placements.append(placement)
+                if batch_left is not None and pod.req.batch:
+                    batch_left -= 1
                 continue
             why = self._explain(pod)
             plan = None

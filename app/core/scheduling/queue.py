@@ -101,10 +101,13 @@ class SchedulingQueue:
         level.size += 1
 
     # -- taking work -----------------------------------------------------------------------
-    def pop(self) -> PodInfo | None:
-        """The next pod to try, or None when nothing is active."""
+    def pop(self, min_priority: int | None = None) -> PodInfo | None:
+        """The next pod to try, or None when nothing is active (with ``min_priority``: when
+        no active pod has at least that priority; the others stay queued)."""
         while self._prios:
             prio = -self._prios[0]
+            if min_priority is not None and prio < min_priority:
+                return None
             level = self._levels[prio]
             pod = self._pop_level(level)
             if pod is not None:
