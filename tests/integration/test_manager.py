@@ -2,7 +2,7 @@
 when it is killed the other takes the lease and its loops take over, starting from a reset
 (the node lifecycle loop measures every silence afresh, so a failover never evicts early).
 How the manager drives its loops on a term is tested on a fake clock in
-``tests/unit/test_manager.py``.
+``tests/unit/test_manager_loops.py``.
 """
 
 from __future__ import annotations
