@@ -11,14 +11,23 @@ Order and rules:
    parallel pod streams) passes its own ``Creator``, which reports through the same types.
 2. **Deletes** name the uid they mean; one already gone, or replaced by a namesake, is done.
 3. **Updates**, conditional on the ``resourceVersion`` read.
-4. **The owner's status**, conditional on the version the reconcile read. A status that counts
+4. **The owner's status**, conditional on the version the reconcile read (or the one an update
+   of the owner itself wrote in step 3). A status that counts
    the plan's writes as done (``Plan.status_assumes_writes``: a CronJob's
    ``lastScheduleTime``, a Job's counts) is written only when every other write of the plan
    happened; the next reconcile, which the failure's retry brings soon, writes the status of
    what exists then. A status of what the reconcile observed (a ReplicaSet's replicas) is
-   written whatever the other writes did.
-5. **Events**: the plan's, except that ``SuccessfulCreate`` is kept only when every child it
-   announces exists, plus one Event per failure worth telling (``workers.outcome``).
+   written whatever the other writes did. With ``Plan.status_first`` the status is written
+   before step 1 instead, and a status that fails to be written (a lost race, the owner gone)
+   stops the plan: the rest was planned from facts that are no longer true (reclaim: a node's
+   batch figure must be in force before pods are evicted to fit it).
+5. **Evictions** (``Plan.evictions``), as the scheduler's preemption takes pods:
+   ``DisruptionTarget=True`` with the plan's reason in one statement
+   (``app.store.disruption``), then each pod deleted with its grace period, guarded by its uid;
+   one gone already is done.
+6. **Events**: the plan's, except that ``SuccessfulCreate`` is kept only when every child it
+   announces exists, plus one Event per failure worth telling (``workers.outcome``), and the
+   evicted pods' Events if the plan asks for them; one statement.
 
 Every failure on the way is classified by ``workers.outcome.failure_of`` and carried in the
 outcome; only errors outside the taxonomy (bugs) propagate. The task
@@ -43,12 +52,15 @@ from app.core.controllers.plan import Note, Outcome, Plan, is_at_most_one
 from app.core.errors import AlreadyExists, Conflict, Failure, NotFound, StatusError
 from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
+from app.store.disruption import mark_disruption_targets
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
 from workers.outcome import failure_note, failure_of
 from workers.runtime import creating
 
 ACTOR = "system:quaymaster-controller"
+COMPONENT = "quaymaster-controller"  # the Events' source when the shell names none
+POD = BY_KIND["Pod"]
 CREATED = "SuccessfulCreate"
 _rng = random.SystemRandom()
 
@@ -131,11 +143,21 @@ async def apply_plan(
     now: float | None = None,
     creators: dict[str, Creator] | None = None,
     actor: str = ACTOR,
+    status_actor: str | None = None,
+    component: str = COMPONENT,
 ) -> Outcome:
-    """Apply ``plan`` for ``owner``; what happened, failures included (see the module)."""
+    """Apply ``plan`` for ``owner``; what happened, failures included (see the module).
+    ``status_actor`` writes the status through the audited path under that name (``None``:
+    the plain statement); ``component`` signs the Events."""
     wall = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     failures: list[Failure] = []
     notes: list[Note] = []
+    status_written, gone = False, False
+    if plan.status_first and plan.status is not None:
+        status_written, gone = await _status(store, owner, plan, status_actor, failures, notes)
+        if not status_written:  # lost a race or gone: the rest was planned from stale facts
+            await _record(store, owner, notes, wall, component)
+            return Outcome(failures=tuple(failures), gone=gone)
     created = 0
     await _fence(store, plan.creates)
     for kind_name, objs in _by_kind(plan.creates).items():
@@ -162,28 +184,84 @@ async def apply_plan(
         kind = BY_KIND[obj["kind"]]
         expected = int(obj["metadata"]["resourceVersion"])
         try:
-            await store.update(kind, admit(kind, dict(obj), None), expected, actor=actor)
+            written = await store.update(kind, admit(kind, dict(obj), None), expected, actor=actor)
         except StatusError as exc:
             failures += _failed(exc, notes, "update", kind, obj["metadata"]["name"])
-    status_written, gone = False, False
-    if plan.status is not None and not (failures and plan.status_assumes_writes):
-        image = dict(owner.obj)
-        image["status"] = plan.status
-        try:
-            await store.update_status(owner.kind, image, owner.row_version)
-            status_written = True
-        except NotFound:
-            gone = True
-        except StatusError as exc:
-            failures += _failed(exc, notes, "update status of", owner.kind, owner.row["name"])
+            continue
+        if written.kind == owner.kind and written.uid == owner.uid:
+            owner = written  # the status is conditional on the version this update wrote
+    if not plan.status_first and not (failures and plan.status_assumes_writes):
+        status_written, gone = await _status(store, owner, plan, status_actor, failures, notes)
+    deleted_pods, pod_notes = await _evict(store, plan, wall, actor, failures, notes, component)
+    deleted += deleted_pods
     wanted = len(plan.creates)
     events = [n for n in plan.events if n.reason != CREATED or (created == wanted and wanted)]
     if 0 < created < wanted:
         events.append(Note(CREATED, f"Created {created} of {wanted} {_plural(plan)}"))
-    await _record(store, owner, [*events, *notes], wall)
+    await _record(store, owner, [*events, *notes], wall, component, pod_notes)
     return Outcome(
         wanted, created, deleted, status_written, tuple(failures), plan.requeue_after, gone
     )
+
+
+async def _status(
+    store: Store,
+    owner: Stored,
+    plan: Plan,
+    actor: str | None,
+    failures: list[Failure],
+    notes: list[Note],
+) -> tuple[bool, bool]:
+    """Write the owner's status, conditional on its version; (written, owner gone)."""
+    if plan.status is None:
+        return False, False
+    image = dict(owner.obj)
+    image["status"] = plan.status
+    try:
+        await store.update_status(owner.kind, image, owner.row_version, actor=actor)
+    except NotFound:
+        return False, True
+    except StatusError as exc:
+        failures += _failed(exc, notes, "update status of", owner.kind, owner.row["name"])
+        return False, False
+    return True, False
+
+
+async def _evict(
+    store: Store,
+    plan: Plan,
+    wall: datetime,
+    actor: str,
+    failures: list[Failure],
+    notes: list[Note],
+    component: str,
+) -> tuple[int, list[EventNote]]:
+    """Take the plan's pods away as the scheduler's preemption does: ``DisruptionTarget`` in
+    one statement, then each pod deleted with its grace period, guarded by its uid; the pods
+    deleted, and the Events on them."""
+    if not plan.evictions:
+        return 0, []
+    marks = [(e.uid, e.message) for e in plan.evictions if e.mark]
+    await mark_disruption_targets(store.pool, marks, plan.eviction_reason, wall)
+    deleted = 0
+    for e in plan.evictions:
+        try:
+            await store.delete(
+                POD, e.namespace, e.name, grace_seconds=e.grace_seconds, expected_uid=e.uid,
+                actor=actor,
+            )  # fmt: skip
+            deleted += 1
+        except (NotFound, Conflict):
+            pass  # gone already, or the name is another pod's now
+        except StatusError as exc:
+            failures += _failed(exc, notes, "delete", POD, e.name)
+    if plan.eviction_event is None:
+        return deleted, []
+    return deleted, [
+        EventNote(ObjectRef("Pod", e.uid, e.namespace, e.name), plan.eviction_event, e.message,
+                  "Warning", component)
+        for e in plan.evictions
+    ]  # fmt: skip
 
 
 def _failed(exc: StatusError, notes: list[Note], verb: str, kind: Kind, name: str) -> list[Failure]:
@@ -223,11 +301,18 @@ async def _fence(store: Store, creates: tuple[Obj, ...]) -> None:
             obj["spec"] = {**obj["spec"], "fencingEpoch": epoch}
 
 
-async def _record(store: Store, owner: Stored, notes: list[Note], wall: datetime) -> None:
-    if notes:
-        ref = ObjectRef.of(owner.obj)
-        await record_events(
-            store.pool,
-            [EventNote(ref, n.reason, n.message, n.type, distinct=n.distinct) for n in notes],
-            wall,
-        )
+async def _record(
+    store: Store,
+    owner: Stored,
+    notes: list[Note],
+    wall: datetime,
+    component: str,
+    others: list[EventNote] | None = None,
+) -> None:
+    """The Events of one apply in one statement: ``others`` (on other objects), then the
+    owner's."""
+    ref = ObjectRef.of(owner.obj)
+    out = [*(others or []), *(EventNote(ref, n.reason, n.message, n.type, component, n.distinct)
+                              for n in notes)]  # fmt: skip
+    if out:
+        await record_events(store.pool, out, wall)

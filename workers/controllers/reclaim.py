@@ -10,7 +10,8 @@ node cost a task, three reads and a lock each (1,000 tasks/s at 10,000 nodes). A
 that had to evict is looked at again 2 s later. Samples come from the usage store in Redis
 (``app.store.usage``) at ``QM_USAGE_REDIS_URL`` (default: the broker's URL).
 
-Applying, in this order so the scheduler stops using room before it is taken back:
+Applying goes through the one applier (``workers.controllers.apply``, ``Plan.status_first``),
+in this order so the scheduler stops using room before it is taken back:
 
 1. ``status.batchAllocatable`` (only that field differs from the status read), conditional on
    the node's row version; a lost race re-reads at once instead of evicting from stale facts;
@@ -22,33 +23,28 @@ Applying, in this order so the scheduler stops using room before it is taken bac
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from datetime import UTC, datetime
 
 import asyncpg
 import redis.asyncio as aioredis
 
 from app.core.controllers import reclaim as core
-from app.core.controllers.plan import Outcome, parse_time
-from app.core.errors import Conflict, NotFound
+from app.core.controllers.plan import Outcome, Plan, parse_time
+from app.core.errors import CONFLICT_RETRY_SECONDS, NotFound
 from app.core.kinds import BY_KIND
 from app.core.priority import PRODUCTION_THRESHOLD
-from app.store.disruption import mark_disruption_targets
-from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
 from app.store.usage import UsageStore
-from workers.controllers.apply import with_version
+from workers.controllers.apply import apply_plan, with_version
 from workers.runtime import Runtime, key_text
 
 log = logging.getLogger(__name__)
 NODE = BY_KIND["Node"]
-POD = BY_KIND["Pod"]
 ACTOR = "system:quaymaster-reclaim"
 COMPONENT = "quaymaster-reclaim"
 REASON = "EvictionByReclaim"  # the DisruptionTarget condition's reason
-RACE_RETRY_SECONDS = 0.2
+RACE_RETRY_SECONDS = CONFLICT_RETRY_SECONDS  # the lost race is a conflict, retried this soon
 # After evicting, look again soon: a batch pod bound against the old figure while this
 # reconcile ran is not in what it read.
 AFTER_EVICTION_SECONDS = 2.0
@@ -126,7 +122,8 @@ async def reconcile_nodes(rt: Runtime, names: list[str], now: float) -> dict[str
             return {}
         store = await rt.store()
         nodes = await store.get_many(NODE, "", sorted(keys[k] for k in held))
-        return await _plan_and_apply(store, nodes, now)
+        outcomes = await _plan_and_apply(store, nodes, now)
+    return {n: o.next_look for n, o in outcomes.items() if o.next_look is not None}
 
 
 async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> Outcome:
@@ -137,55 +134,55 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             node = await store.get(NODE, "", name)
         except NotFound:
             return Outcome(gone=True)
-        return Outcome(requeue_after=(await _plan_and_apply(store, [node], now)).get(name))
+        outcomes = await _plan_and_apply(store, [node], now)
+        return outcomes.get(name, Outcome())
 
 
-async def _plan_and_apply(store: Store, nodes: list[Stored], now: float) -> dict[str, float]:
+async def _plan_and_apply(store: Store, nodes: list[Stored], now: float) -> dict[str, Outcome]:
     """Read the nodes' pods and usage in bulk, plan each node, apply the plans that change
-    something; the nodes to look at again, with the seconds until then."""
+    something; what applying did, by node."""
     cfg = config_from_env()
     names = [n.row["name"] for n in nodes]
     pods = await rooms_of(store.pool, names)
     series = await usage_store().production(names, now - cfg.window_seconds, cfg.threshold)
-    again: dict[str, float] = {}
+    out: dict[str, Outcome] = {}
     for node, name in zip(nodes, names, strict=True):
         plan = core.reconcile(with_version(node), pods[name], series[name], now, cfg)
-        if plan.empty:
-            continue
-        after = await apply(store, node, plan, now)
-        if after is not None:
-            again[name] = after
-    return again
+        if not plan.empty:
+            out[name] = await apply_reclaim(store, node, plan, now)
+    return out
+
+
+def plan_of(plan: core.ReclaimPlan) -> Plan:
+    """The reclaim plan as the applier takes it: the figure first, and nothing evicted if it
+    is not written."""
+    return Plan(
+        status=plan.status,
+        events=plan.events,
+        evictions=plan.evictions,
+        eviction_reason=REASON,
+        eviction_event=core.EVICTED,
+        status_first=True,
+        requeue_after=AFTER_EVICTION_SECONDS if plan.evictions else None,
+    )
+
+
+async def apply_reclaim(store: Store, node: Stored, plan: core.ReclaimPlan, now: float) -> Outcome:
+    """Write the figure, then evict (``workers.controllers.apply``); a lost race comes back as
+    a conflict, retried in ``RACE_RETRY_SECONDS``."""
+    outcome = await apply_plan(
+        store, node, plan_of(plan), now=now, actor=ACTOR, status_actor=ACTOR, component=COMPONENT
+    )
+    name = node.row["name"]
+    if outcome.status_written:
+        log.info("node %s: batch-allocatable %s", name, plan.figure)
+    if plan.evictions and (outcome.status_written or plan.status is None):
+        log.warning("node %s: evicted %d batch pod(s)", name, len(plan.evictions))
+    for f in outcome.failures:
+        log.info("node %s: %s: %s", name, f.kind.value, f.message)
+    return outcome
 
 
 async def apply(store: Store, node: Stored, plan: core.ReclaimPlan, now: float) -> float | None:
-    """Write the figure, then evict; the seconds until the node should be looked at again."""
-    if plan.status is not None:
-        image = dict(node.obj)
-        image["status"] = plan.status
-        try:
-            await store.update_status(NODE, image, node.row_version, actor=ACTOR)
-        except NotFound:
-            return None
-        except Conflict:
-            return RACE_RETRY_SECONDS
-        log.info("node %s: batch-allocatable %s", node.row["name"], plan.figure)
-    if not plan.evictions:
-        return None
-    wall = datetime.fromtimestamp(now, UTC)
-    await mark_disruption_targets(
-        store.pool, [(e.uid, e.message) for e in plan.evictions], REASON, wall
-    )
-    for e in plan.evictions:
-        with contextlib.suppress(NotFound, Conflict):
-            await store.delete(POD, e.namespace, e.name, expected_uid=e.uid, actor=ACTOR)
-    notes = [
-        EventNote(ObjectRef("Pod", e.uid, e.namespace, e.name), core.EVICTED, e.message,
-                  "Warning", COMPONENT)
-        for e in plan.evictions
-    ]  # fmt: skip
-    ref = ObjectRef.of(node.obj)
-    notes += [EventNote(ref, n.reason, n.message, n.type, COMPONENT) for n in plan.events]
-    await record_events(store.pool, notes, wall)
-    log.warning("node %s: evicted %d batch pod(s)", node.row["name"], len(plan.evictions))
-    return AFTER_EVICTION_SECONDS
+    """Apply ``plan``; the seconds until the node should be looked at again, if ever."""
+    return (await apply_reclaim(store, node, plan, now)).next_look

@@ -7,19 +7,19 @@ or carry this controller's marks, and the pods bound to the silent ones, then ap
 
 1. fence: bump ``spec.epoch`` of a newly silent node's Lease, conditional on the row version
    read (a node whose lease was renewed meanwhile is not silent: it is left alone this tick);
-2. taint and annotate the Node (``store.update`` with admission, conditional), then its Ready
-   condition (``store.update_status``, conditional on the version just written);
+2. taint and annotate the Node, then its Ready condition, conditional on the version just
+   written: one ``apply_plan`` (``workers.controllers.apply``) per node;
 3. pods of silent nodes: ``Ready=False`` in one statement;
-4. evictions: ``DisruptionTarget`` in one statement, then each pod force-deleted (grace 0,
-   uid precondition);
-5. Events, in one statement.
+4. evictions and Events, one ``apply_plan`` per node: ``DisruptionTarget`` in one statement,
+   then each pod force-deleted (grace 0, uid precondition), then the node's Events.
 
+The applier's outcomes, and a lost fence as a failure, are merged (``Outcome.merge``) into the
+tick's, whose failures the manager's metrics count by kind (``qm_node_lifecycle_failures_total``).
 A write that loses a race is dropped; the next tick reads again and asks again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,14 +31,22 @@ import asyncpg
 
 from app.core.admission import admit
 from app.core.controllers import nodelifecycle as core
-from app.core.controllers.plan import format_time, is_at_most_one, parse_time
-from app.core.errors import Conflict, NotFound, StatusError
+from app.core.controllers.plan import (
+    Evict,
+    Note,
+    Outcome,
+    Plan,
+    format_time,
+    is_at_most_one,
+    parse_time,
+)
+from app.core.errors import Failure, NotFound, StatusError
 from app.core.kinds import BY_KIND
 from app.store import sql
-from app.store.disruption import NODE_LIFECYCLE, mark_disruption_targets
-from app.store.events import EventNote, ObjectRef, record_events
+from app.store.disruption import NODE_LIFECYCLE
 from app.store.store import Stored
 from workers import metrics
+from workers.controllers.apply import apply_plan, with_version
 from workers.loops import Context
 from workers.outcome import failure_of
 
@@ -48,7 +56,6 @@ COMPONENT = "quaymaster-node-lifecycle"
 LEASE_NAMESPACE = "quaymaster-node-lease"
 NODE = BY_KIND["Node"]
 LEASE = BY_KIND["Lease"]
-POD = BY_KIND["Pod"]
 
 _LEASES = """SELECT name, row_version, qm_int(spec->>'leaseDurationSeconds') AS seconds
 FROM leases WHERE namespace = $1"""
@@ -152,7 +159,7 @@ class NodeLifecycle:
         metrics.SILENT.set(sum(1 for v in views if core.is_silent(v, self.cfg)))
         metrics.DISRUPTED.set(len(plan.state.disrupted))
         if not plan.empty:
-            await self._apply(ctx, plan, leases, full, wall)
+            count(await self._apply(ctx, plan, leases, full, wall))
         return plan
 
     # -- reading -----------------------------------------------------------------------------
@@ -226,15 +233,21 @@ class NodeLifecycle:
         leases: dict[str, asyncpg.Record],
         full: dict[str, Stored],
         wall: datetime,
-    ) -> None:
+    ) -> Outcome:
+        """Fence, then each node's marks through the applier, then the pods: unready in one
+        statement, evictions and Events through the applier, node by node."""
+        outcome = Outcome()
         skipped: set[str] = set()
         for change in plan.changes:
-            if change.bump_epoch and not await self._fence(ctx, change.name, leases):
+            fenced = await self._fence(ctx, change.name, leases) if change.bump_epoch else None
+            if fenced is not None:
+                outcome = outcome.merge(Outcome.failed(fenced))
                 skipped.add(change.name)
                 continue
             stored = full.get(change.name)
             if stored is not None:
-                await self._write_node(ctx, stored, change, wall)
+                marks = _node_plan(stored, change, wall)
+                outcome = outcome.merge(await self._apply_plan(ctx, stored, marks, wall))
         unready = [a for a in plan.unready if a.node not in skipped]
         if unready:
             await ctx.pool.execute(
@@ -243,26 +256,49 @@ class NodeLifecycle:
                 [a.node for a in unready],
                 format_time(wall.timestamp()),
             )
-        await self._evict(ctx, plan.evict, wall)
-        notes = [
-            EventNote(
-                ObjectRef("Node", n.uid, "", n.node),
-                n.reason,
-                n.message,
-                "Warning" if n.warning else "Normal",
-                COMPONENT,
+        evict: dict[str, list[Evict]] = {}
+        for a in plan.evict:
+            message = f"node {a.node} silent: pod deleted"
+            evict.setdefault(a.node, []).append(
+                Evict(a.namespace, a.name, a.uid, message, 0, mark=not a.deleting)
             )
-            for n in plan.notes
-            if n.node not in skipped
-        ]
-        await record_events(ctx.pool, notes, wall)
+        notes: dict[str, list[Note]] = {}
+        for n in plan.notes:
+            if n.node not in skipped:
+                kind = "Warning" if n.warning else "Normal"
+                notes.setdefault(n.node, []).append(Note(n.reason, n.message, kind))
+        for name in sorted(evict.keys() | notes.keys()):
+            stored = full.get(name)
+            if stored is None:  # deleted since it was read: nothing of it left to write about
+                continue
+            pods = Plan(
+                evictions=tuple(evict.get(name, ())),
+                eviction_reason=NODE_LIFECYCLE,
+                events=tuple(notes.get(name, ())),
+            )
+            outcome = outcome.merge(await self._apply_plan(ctx, stored, pods, wall))
+        if plan.evict:
+            log.warning("evicted %d pod(s) from silent nodes", outcome.deleted)
+        return outcome
 
-    async def _fence(self, ctx: Context, name: str, leases: dict[str, asyncpg.Record]) -> bool:
-        """Increment the lease's epoch if it is still the version read; whether the node may
-        be marked unreachable (a vanished lease fences nothing and does not stand in the way)."""
+    async def _apply_plan(self, ctx: Context, node: Stored, plan: Plan, wall: datetime) -> Outcome:
+        outcome = await apply_plan(
+            ctx.store, node, plan, now=wall.timestamp(), actor=ACTOR, status_actor=ACTOR,
+            component=COMPONENT,
+        )  # fmt: skip
+        for f in outcome.failures:  # lost a race, gone, or refused: looked at again next tick
+            log.info("node %s: %s: %s", node.row["name"], f.kind.value, f.message)
+        return outcome
+
+    async def _fence(
+        self, ctx: Context, name: str, leases: dict[str, asyncpg.Record]
+    ) -> Failure | None:
+        """Increment the lease's epoch if it is still the version read; the failure that keeps
+        the node from being marked unreachable, if any (a vanished lease fences nothing and
+        does not stand in the way)."""
         lease = leases.get(name)
         if lease is None:
-            return True
+            return None
         try:
             current = await ctx.store.get(LEASE, LEASE_NAMESPACE, name)
             obj = dict(current.obj)
@@ -274,51 +310,38 @@ class NodeLifecycle:
                 LEASE, admit(LEASE, obj, current.obj), lease["row_version"], actor=ACTOR
             )
         except NotFound:
-            return True
+            return None
         except StatusError as exc:
-            _failed(exc)
             log.info("node %s: lease changed while fencing (%s); looking again", name, exc)
-            return False
+            failure = failure_of(exc)
+            assert failure is not None  # every StatusError is classified
+            return failure
         seen = self.seen.get(name)
         if seen is not None:  # my own write is not a renewal
             self.seen[name] = replace(seen, row_version=written.row_version)
-        return True
-
-    async def _write_node(
-        self, ctx: Context, stored: Stored, change: core.NodeChange, wall: datetime
-    ) -> None:
-        obj = dict(stored.obj)
-        try:
-            if change.taint is not None or change.repair or change.silences is not None:
-                obj = _with_marks(obj, change, wall)
-                stored = await ctx.store.update(
-                    NODE, admit(NODE, obj, stored.obj), stored.row_version, actor=ACTOR
-                )
-                obj = dict(stored.obj)
-            if change.ready is not None:
-                obj["status"] = _with_ready(obj.get("status") or {}, change.ready, wall)
-                await ctx.store.update_status(NODE, obj, stored.row_version, actor=ACTOR)
-        except StatusError as exc:  # lost a race, gone, or refused: look again next tick
-            _failed(exc)
-            log.info("node %s: %s", change.name, exc)
-
-    async def _evict(self, ctx: Context, evict: tuple[core.PodAction, ...], wall: datetime) -> None:
-        marks = [(a.uid, f"node {a.node} silent: pod deleted") for a in evict if not a.deleting]
-        await mark_disruption_targets(ctx.pool, marks, NODE_LIFECYCLE, wall)
-        for a in evict:
-            with contextlib.suppress(NotFound, Conflict):  # gone already, or not ours to delete
-                await ctx.store.delete(
-                    POD, a.namespace, a.name, grace_seconds=0, expected_uid=a.uid, actor=ACTOR
-                )
-                metrics.EVICTIONS.inc()
-        if evict:
-            log.warning("evicted %d pod(s) from silent nodes", len(evict))
+        return None
 
 
-def _failed(exc: StatusError) -> None:
-    """Count a write the next tick asks for again, by the kind of its failure."""
-    failure = failure_of(exc)
-    metrics.NODE_FAILURES.labels(failure.kind.value if failure else "crashed").inc()
+def count(outcome: Outcome) -> None:
+    """Count a tick's evictions, and the writes the next tick asks for again by the kind of
+    their failure."""
+    if outcome.deleted:
+        metrics.EVICTIONS.inc(outcome.deleted)
+    for f in outcome.failures:
+        metrics.NODE_FAILURES.labels(f.kind.value).inc()
+
+
+def _node_plan(stored: Stored, change: core.NodeChange, wall: datetime) -> Plan:
+    """The node's marks (taints, silence history), then its Ready condition, conditional on
+    the version the marks wrote; the condition only if the marks were written."""
+    obj = with_version(stored)
+    updates: tuple[dict[str, Any], ...] = ()
+    if change.taint is not None or change.repair or change.silences is not None:
+        updates = (_with_marks(obj, change, wall),)
+    status = None
+    if change.ready is not None:
+        status = _with_ready(obj.get("status") or {}, change.ready, wall)
+    return Plan(updates=updates, status=status, status_assumes_writes=True)
 
 
 def _with_marks(obj: dict[str, Any], change: core.NodeChange, wall: datetime) -> dict[str, Any]:

@@ -28,6 +28,19 @@ class Delete(NamedTuple):
     uid: str
 
 
+class Evict(NamedTuple):
+    """A pod the platform takes away (reclaim, a silent node): marked ``DisruptionTarget=True``
+    with ``message`` (unless ``mark`` is False: it is terminating already), then deleted with
+    ``grace_seconds`` (``None``: the pod's own), guarded by its uid."""
+
+    namespace: str
+    name: str
+    uid: str
+    message: str
+    grace_seconds: int | None = None
+    mark: bool = True
+
+
 class Note(NamedTuple):
     """An Event about the reconciled object, recorded once the plan's writes are applied.
     ``distinct`` keeps one row per message rather than per reason."""
@@ -61,11 +74,20 @@ class Plan:
     # lastScheduleTime): written only if they all happen. Otherwise the status describes what
     # the reconcile observed, which stays true whatever the writes do.
     status_assumes_writes: bool = False
+    # Pods taken away after the other writes: ``eviction_reason`` is the DisruptionTarget
+    # condition's reason; ``eviction_event``, if set, the reason of a Warning Event on each pod.
+    evictions: tuple[Evict, ...] = ()
+    eviction_reason: str = ""
+    eviction_event: str | None = None
+    # The status is written before anything else, and nothing else is written if it fails: a
+    # node's batch figure must be in force before pods are evicted to fit it.
+    status_first: bool = False
 
     @property
     def empty(self) -> bool:
         """Nothing to write (a requeue is not a write)."""
-        return not (self.creates or self.deletes or self.updates) and self.status is None
+        writes = self.creates or self.deletes or self.updates or self.evictions
+        return not writes and self.status is None
 
 
 # The order in which an outcome's failures name its result: the one an operator must see first.

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.controllers.plan import Note
+from app.core.controllers.plan import Evict, Note
 from app.core.errors import StatusError
 from app.core.priority import PRODUCTION_THRESHOLD
 from app.core.quantity import cpu_millis, format_bytes, format_millis, to_bytes
@@ -117,12 +117,8 @@ class PodRoom:
     deleting: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    namespace: str
-    name: str
-    uid: str
-    message: str
+# A batch pod to take back: marked and deleted with its own grace period by the applier.
+Eviction = Evict
 
 
 @dataclass(frozen=True)
