@@ -4,53 +4,26 @@ production pods are still decided when that room is nil."""
 from __future__ import annotations
 
 import random
-from typing import Any
+
+from scheduling_objects import node, pod
 
 from app.core.scheduling.engine import Engine
-from app.core.scheduling.podinfo import HOSTNAME_KEY, ZONE_KEY, pod_info
+from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 
 
-def node(i: int) -> dict[str, Any]:
-    name = f"n{i}"
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {HOSTNAME_KEY: name, ZONE_KEY: f"z{i % 3}"},
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "32", "memory": "64Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(name: str, priority: int, age: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "creationTimestamp": f"2026-01-01T00:00:{age:02d}Z",
-        },
-        "spec": {
-            "priority": priority,
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}],
-        },
-        "status": {},
-    }
+def at(second: int) -> str:
+    return f"2026-01-01T00:00:{second:02d}Z"
 
 
 def engine(batch: int, production: int) -> Engine:
     e = Engine(rng=random.Random(0))
     for i in range(3):
-        e.node_changed(node_info(node(i), 1), 0.0)
+        e.node_changed(node_info(node(f"n{i}", "32", "64Gi", pods=110, zone=f"z{i % 3}"), 1), 0.0)
     for j in range(batch):
-        e.pod_changed(pod_info(pod(f"batch-{j}", 10, j), 1), 0.0)
+        e.pod_changed(pod_info(pod(f"batch-{j}", priority=10, created=at(j)), 1), 0.0)
     for j in range(production):
-        e.pod_changed(pod_info(pod(f"web-{j}", 2000, 50 + j), 1), 0.0)
+        e.pod_changed(pod_info(pod(f"web-{j}", created=at(50 + j)), 1), 0.0)
     return e
 
 
@@ -70,6 +43,6 @@ def test_no_room_for_batch_still_decides_production() -> None:
 def test_batch_placements_stop_at_the_room_left() -> None:
     e = engine(batch=5, production=0)
     assert decided(e, 3) == ["batch-0", "batch-1", "batch-2"]
-    e.pod_changed(pod_info(pod("web-late", 2000, 59), 1), 0.0)
+    e.pod_changed(pod_info(pod("web-late", created=at(59)), 1), 0.0)
     assert decided(e, 0) == ["web-late"]
     assert decided(e, 2) == ["batch-3", "batch-4"]

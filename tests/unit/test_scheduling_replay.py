@@ -7,54 +7,23 @@ random offset: the one random choice that moves placements between equal nodes.
 from __future__ import annotations
 
 import random
-from typing import Any
+
+from scheduling_objects import node, pod
 
 from app.core.scheduling.engine import Engine, cycle_seed
-from app.core.scheduling.podinfo import HOSTNAME_KEY, ZONE_KEY, pod_info
+from app.core.scheduling.podinfo import pod_info
 from app.core.scheduling.snapshot import node_info
 
 NODES = 300
 PODS = 30
 
 
-def node(i: int) -> dict[str, Any]:
-    name = f"n{i:03d}"
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {HOSTNAME_KEY: name, ZONE_KEY: f"z{i % 3}"},
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "4", "memory": "8Gi"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(j: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"p{j:02d}",
-            "namespace": "ns",
-            "uid": f"uid-p{j:02d}",
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-        },
-        "spec": {
-            "priority": 2000,
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}],
-        },
-        "status": {},
-    }
-
-
 def engine(rng_seed: int = 0) -> Engine:
     e = Engine(rng=random.Random(rng_seed))
     for i in range(NODES):
-        e.node_changed(node_info(node(i), 1), 0.0)
+        e.node_changed(node_info(node(f"n{i:03d}", zone=f"z{i % 3}"), 1), 0.0)
     for j in range(PODS):
-        e.pod_changed(pod_info(pod(j), 1), 0.0)
+        e.pod_changed(pod_info(pod(f"p{j:02d}"), 1), 0.0)
     return e
 
 
