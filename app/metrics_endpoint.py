@@ -3,8 +3,10 @@
 ``serve`` answers ``GET /metrics`` with a render of a process's metrics (``app.core.metrics``)
 and ``GET /healthz`` with its health, on plain asyncio streams: the scheduler, the Celery
 workers, the dispatcher and the controller manager have no web framework and need none for
-two paths. ``serve_in_thread`` runs it on a loop of its own, for a process whose own loop is
-not always running (a Celery worker's main process).
+two paths. A process may add a few read-only paths of its own (``routes``: the discovery
+service's subscriber list and drain query), answered the same way. ``serve_in_thread`` runs
+it on a loop of its own, for a process whose own loop is not always running (a Celery worker's
+main process).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
 
 from app.core.metrics import CONTENT_TYPE
 
@@ -24,12 +27,18 @@ _MAX_HEADERS = 100
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    422: "Unprocessable Entity",
     404: "Not Found",
     405: "Method Not Allowed",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
 _TEXT = "text/plain; charset=utf-8"
+JSON = "application/json"
+_QUERY_MAX = 4096
+
+# An extra path's handler: the query's parameters in, (status, content type, body) out.
+Route = Callable[[dict[str, str]], Awaitable[tuple[int, str, bytes]]]
 
 
 def _always_healthy() -> bool:
@@ -41,17 +50,20 @@ async def serve(
     port: int = 0,
     render: Callable[[], str] = lambda: "",
     healthy: Callable[[], bool] = _always_healthy,
+    routes: Mapping[str, Route] | None = None,
+    read_timeout: float = _READ_TIMEOUT,
 ) -> asyncio.base_events.Server:
     """Start answering on ``host:port`` (port 0: any free port; see ``server.sockets``).
 
     ``GET /metrics`` returns ``render()`` as exposition format 0.0.4; ``GET /healthz`` returns
-    200 ``ok`` while ``healthy()`` is true and 503 otherwise; any other path is 404. Each
-    response closes its connection. The caller closes the returned server."""
+    200 ``ok`` while ``healthy()`` is true and 503 otherwise; a path of ``routes`` is
+    answered by its handler (which may take up to ``read_timeout`` seconds); any other path is
+    404. Each response closes its connection. The caller closes the returned server."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             status, ctype, body, head_only = await asyncio.wait_for(
-                _answer(reader, render, healthy), _READ_TIMEOUT
+                _answer(reader, render, healthy, routes or {}), read_timeout
             )
             writer.write(_response(status, ctype, body, head_only))
             await writer.drain()
@@ -74,7 +86,10 @@ async def serve(
 
 
 async def _answer(
-    reader: asyncio.StreamReader, render: Callable[[], str], healthy: Callable[[], bool]
+    reader: asyncio.StreamReader,
+    render: Callable[[], str],
+    healthy: Callable[[], bool],
+    routes: Mapping[str, Route],
 ) -> tuple[int, str, bytes, bool]:
     """(status, content type, body, whether to send the head only) for one request."""
     request_line = (await reader.readuntil(b"\r\n")).decode("latin-1").strip()
@@ -86,8 +101,12 @@ async def _answer(
     parts = request_line.split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return 400, _TEXT, b"bad request\n", False
-    method, target = parts[0], parts[1].split("?", 1)[0]
+    method, (target, _, query) = parts[0], parts[1].partition("?")
     head_only = method == "HEAD"
+    if target in routes and method in ("GET", "HEAD") and len(query) <= _QUERY_MAX:
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
+        status, ctype, body = await routes[target](params)
+        return status, ctype, body, head_only
     if target not in ("/metrics", "/healthz"):
         return 404, _TEXT, b"not found\n", head_only
     if method not in ("GET", "HEAD"):
