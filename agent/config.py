@@ -17,6 +17,9 @@ need neither the process's arguments nor its environment.
 | state dir | ``--state-dir`` | ``QM_AGENT_STATE_DIR`` | ``.qm/agent/<node>`` |
 | runc images | ``--images-dir`` | ``QM_AGENT_IMAGES_DIR`` | ``<state dir>/images`` |
 | node IP | ``--node-ip`` | ``QM_AGENT_NODE_IP`` | ``127.0.0.1`` |
+| network namespace of the pods | ``--netns`` | ``QM_AGENT_NETNS`` | none (the host's) |
+| pod IP | ``--pod-ip`` | ``QM_AGENT_POD_IP`` | the node IP |
+| discovery HTTP URLs (comma-separated) | ``--discovery-http`` | ``QM_DISCOVERY_HTTP`` | none |
 | agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
 | agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
 | agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
@@ -83,6 +86,14 @@ class AgentConfig:
     log_keep: int = 3
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
     usage_interval: float = 10.0
+    netns: str = ""  # the pods' network namespace (/var/run/netns/<name>); "": the host's
+    pod_ip: str = ""  # the pods' address; "": the node IP (pods share the host's network)
+    discovery_http: tuple[str, ...] = ()  # the discovery replicas' HTTP URLs
+
+    @property
+    def pods_ip(self) -> str:
+        """The address every pod of this node has (``status.podIP``)."""
+        return self.pod_ip or self.node_ip
 
     @property
     def pods_dir(self) -> Path:
@@ -119,6 +130,9 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--log-max-bytes", default=env.get("QM_AGENT_LOG_MAX_BYTES") or "10485760")
     p.add_argument("--log-keep", default=env.get("QM_AGENT_LOG_KEEP") or "3")
     p.add_argument("--usage-interval", default=env.get("QM_AGENT_USAGE_INTERVAL") or "10")
+    p.add_argument("--netns", default=env.get("QM_AGENT_NETNS") or "")
+    p.add_argument("--pod-ip", default=env.get("QM_AGENT_POD_IP") or "")
+    p.add_argument("--discovery-http", default=env.get("QM_DISCOVERY_HTTP") or "")
     for flag, default in _EVICTION_FLAGS:
         var = "QM_AGENT_" + flag.removeprefix("--").replace("-", "_").upper()
         p.add_argument(flag, default=env.get(var) or default)
@@ -169,7 +183,17 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         log_keep=_int_setting("log keep", args.log_keep, 0, 100),
         eviction=eviction,
         usage_interval=_seconds_setting("usage interval", args.usage_interval, 0.1, 3600.0),
+        netns=_netns_setting(args.netns),
+        pod_ip=args.pod_ip.strip(),
+        discovery_http=tuple(u.strip() for u in args.discovery_http.split(",") if u.strip()),
     )
+
+
+def _netns_setting(value: str) -> str:
+    name = value.strip()
+    if name and ("/" in name or name in (".", "..")):
+        raise ConfigError(f"netns {name!r} is not a namespace name (one under /var/run/netns)")
+    return name
 
 
 def _int_setting(what: str, value: str, low: int, high: int) -> int:

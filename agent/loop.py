@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent import config as agent_config
+from agent import netns
 from agent.api import POD, AgentApi, Unreachable
 from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
 from agent.backoff import CrashLoopBackoff
@@ -82,20 +83,28 @@ class RestPodApi:
 
 
 def probe_context_for(
-    runtime: Runtime, host: str = "127.0.0.1"
+    runtime: Runtime, host: str = "127.0.0.1", sockets: netns.NamespaceSockets | None = None
 ) -> Callable[[ContainerSpec], ProbeContext]:
-    """Exec probes run as the container would: its env, and its pod directory as cwd. HTTP
-    and TCP probes without a host of their own dial the pod's address, which is the node's."""
+    """Exec probes run as the container would: its env, its pod directory as cwd, in the pods'
+    network namespace. HTTP and TCP probes without a host of their own dial the pod's address
+    from inside that namespace (``sockets``; None: the host's network)."""
     host = host or "127.0.0.1"
+    socks = sockets or netns.NamespaceSockets(None)
     if isinstance(runtime, ProcessRuntime):
         rt = runtime
         return lambda s: ProbeContext(
-            env=container_env(s.env), cwd=str(rt.pod_dir(s.pod_uid)), host=host
+            env=container_env(s.env),
+            cwd=str(rt.pod_dir(s.pod_uid)),
+            host=host,
+            exec_prefix=rt.exec_prefix(),
+            sockets=socks,
         )
     if isinstance(runtime, RuncRuntime):  # inside the container, with its env and cwd
         rc = runtime
-        return lambda s: ProbeContext(exec_prefix=rc.exec_prefix(s.pod_uid, s.name), host=host)
-    return lambda s: ProbeContext(env=container_env(s.env), host=host)
+        return lambda s: ProbeContext(
+            exec_prefix=rc.exec_prefix(s.pod_uid, s.name), host=host, sockets=socks
+        )
+    return lambda s: ProbeContext(env=container_env(s.env), host=host, sockets=socks)
 
 
 def _deleting(pod: Obj) -> bool:
@@ -119,8 +128,12 @@ class Agent:
         poll: float = 0.25,
         tick: float = 0.2,
         pressure: PressureMonitor | None = None,
+        pod_ip: str = "",
+        sockets: netns.NamespaceSockets | None = None,
     ) -> None:
         self.runtime, self.pod_api, self.source, self.lease = runtime, pod_api, source, lease
+        self.pod_ip = pod_ip or host_ip  # the pods' address: the node's, or its namespace's
+        self.sockets = sockets or netns.NamespaceSockets(None)  # where probes connect from
         self.pressure = pressure  # node-pressure eviction (agent.pressure_monitor)
         if lease.on_recover is None:  # the API is back: relist now rather than after a backoff
             lease.on_recover = source.poke
@@ -128,7 +141,7 @@ class Agent:
         self.backoff = CrashLoopBackoff() if backoff is None else backoff  # it has a len()
         self.clocks = clocks or Clocks()
         self.prober, self.host_ip, self.poll, self.tick = prober, host_ip, poll, tick
-        self.probe_context = probe_context_for(runtime, host_ip)
+        self.probe_context = probe_context_for(runtime, self.pod_ip, self.sockets)
         self.workers: dict[str, PodWorker] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.done: set[str] = set()  # stopped for good here; never started again
@@ -178,6 +191,7 @@ class Agent:
             prober=self.prober,
             probe_context=self.probe_context,
             host_ip=self.host_ip,
+            pod_ip=self.pod_ip,
             poll=self.poll,
         )
         worker.lease_ok = not self.lease.self_kill_due()
@@ -281,6 +295,7 @@ class Agent:
                 await asyncio.to_thread(thread.join, 15.0)
             if self.server is not None:
                 await self.server.stop()
+            self.sockets.close()
 
     async def shutdown(self) -> None:
         """Cancel every worker and kill and clean up every pod the runtime still holds."""
@@ -310,14 +325,16 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
     elif cfg.runtime == "runc":  # runc needs cgroups: without them the agent does not start
         cgroups = detect_cgroups(f"quaymaster-{cfg.node_name}")
         images = cfg.images_dir.resolve() if cfg.images_dir else None
-        runtime = RuncRuntime(cfg.state_dir.resolve(), cgroups, images_dir=images)
+        runtime = RuncRuntime(
+            cfg.state_dir.resolve(), cgroups, images_dir=images, netns_name=cfg.netns or None
+        )
     else:
         try:
             cgroups = detect_cgroups(f"quaymaster-{cfg.node_name}")
         except CgroupsUnavailable as exc:
             log.warning("no cgroups, pods run without limits: %s", exc)
             cgroups = None
-        runtime = ProcessRuntime(cfg.pods_dir.resolve(), cgroups)
+        runtime = ProcessRuntime(cfg.pods_dir.resolve(), cgroups, netns_name=cfg.netns or None)
     agent = Agent(
         runtime,
         RestPodApi(api),
@@ -326,6 +343,8 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         machine.allocatable(cfg.reserve),
         node_status=NodeStatusWriter(api, node_cfg, machine),
         host_ip=cfg.node_ip,
+        pod_ip=cfg.pods_ip,
+        sockets=netns.NamespaceSockets(cfg.netns or None),
     )
     signal = signal_for(cfg.eviction.source, agent.allocatable.memory_bytes)
     agent.pressure = PressureMonitor(cfg.eviction, signal, api.clone(), cfg.node_name)
@@ -354,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = agent_config.parse(sys.argv[1:] if argv is None else argv, os.environ)
     except agent_config.ConfigError as exc:
         print(f"agent: {exc}", file=sys.stderr)
+        return 2
+    if cfg.netns and not netns.exists(cfg.netns):
+        print(f"agent: network namespace {cfg.netns} does not exist", file=sys.stderr)
         return 2
 
     run_until_stopped(lambda stop: build(cfg).run(stop))  # built inside the event loop

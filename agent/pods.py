@@ -130,6 +130,7 @@ class PodWorker:
         host_ip: str = "",
         poll: float = 1.0,
         retry_after: float = 2.0,
+        pod_ip: str = "",
     ) -> None:
         self.pod = pod
         self.runtime, self.api, self.backoff = runtime, api, backoff
@@ -137,6 +138,7 @@ class PodWorker:
         self.prober = prober
         self.probe_context = probe_context or (lambda s: ProbeContext(env=dict(s.env)))
         self.host_ip, self.poll, self.retry_after = host_ip, poll, retry_after
+        self.pod_ip = pod_ip or host_ip  # the node's namespace address, or the node's own
         self.uid = str(_meta(pod).get("uid"))
         self.namespace = str(_meta(pod).get("namespace") or "")
         self.name = str(_meta(pod).get("name"))
@@ -240,7 +242,9 @@ class PodWorker:
                 fetched[(kind, name)] = await self.api.get_source(kind, self.namespace, name)
             resolved = []
             for box in self.all_boxes:
-                env = sources.environment(self.pod, box.raw, fetched, self.host_ip)
+                env = sources.environment(
+                    self.pod, box.raw, fetched, self.host_ip, pod_ip=self.pod_ip
+                )
                 spec = dataclasses.replace(
                     box.spec,
                     command=[sources.expand(arg, env) for arg in box.spec.command],
@@ -457,7 +461,7 @@ class PodWorker:
             init_containers=tuple(b.view for b in self.inits),
             terminating=bool(self._killed or self._evicted),
             host_ip=self.host_ip,
-            pod_ip=self.host_ip,
+            pod_ip=self.pod_ip,
         )
 
     def candidate(self) -> Obj:

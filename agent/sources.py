@@ -123,9 +123,10 @@ def _key(fetched: Fetched, kind: str, ref: Mapping[str, Any]) -> str | None:
     return data[key].decode(errors="replace")
 
 
-def field_value(pod: Mapping[str, Any], path: str, host_ip: str) -> str:
+def field_value(pod: Mapping[str, Any], path: str, host_ip: str, pod_ip: str = "") -> str:
     """A ``fieldRef``: the pod's name, namespace, uid, a label or annotation, its node, its
-    service account, or the host's and pod's address (the host's, pods sharing its network)."""
+    service account, or the host's and pod's address (``pod_ip``; without one the host's,
+    pods sharing its network)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     simple = {
         "metadata.name": meta.get("name"),
@@ -134,7 +135,7 @@ def field_value(pod: Mapping[str, Any], path: str, host_ip: str) -> str:
         "spec.nodeName": spec.get("nodeName"),
         "spec.serviceAccountName": spec.get("serviceAccountName") or "default",
         "status.hostIP": host_ip,
-        "status.podIP": host_ip,
+        "status.podIP": pod_ip or host_ip,
     }
     if path in simple:
         return str(simple[path] or "")
@@ -165,7 +166,11 @@ def resource_value(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
 
 
 def environment(
-    pod: Mapping[str, Any], container: Mapping[str, Any], fetched: Fetched, host_ip: str = ""
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    fetched: Fetched,
+    host_ip: str = "",
+    pod_ip: str = "",
 ) -> dict[str, str]:
     """The container's whole environment: ``envFrom`` in order, then ``env`` over it."""
     env: dict[str, str] = {}
@@ -193,7 +198,7 @@ def environment(
         elif ref := source.get("secretKeyRef"):
             value = _key(fetched, SECRET, ref)
         elif ref := source.get("fieldRef"):
-            value = field_value(pod, str(ref.get("fieldPath") or ""), host_ip)
+            value = field_value(pod, str(ref.get("fieldPath") or ""), host_ip, pod_ip)
         elif ref := source.get("resourceFieldRef"):
             value = resource_value(container, ref)
         else:

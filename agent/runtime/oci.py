@@ -9,9 +9,10 @@ decides about *what* runs is here, so it is unit-tested without runc, root or a 
 - a container id that is unique per run and valid for runc;
 - the OCI runtime config of one run: the spec's argv and environment, the pod directory
   bind-mounted at :data:`POD_MOUNT` (and the working directory, as the process runtime runs
-  in the pod directory), pid/ipc/uts/mount namespaces but the host's network (services listen
-  on host ports, as with the process runtime), and the limits of `Resources` in the same
-  units the process runtime writes (`agent/runtime/cgroups.py`).
+  in the pod directory), pid/ipc/uts/mount namespaces and either the host's network (services
+  listen on host ports, as with the process runtime) or, with a node network namespace (ADR
+  0039), that namespace joined by path, and the limits of `Resources` in the same units the
+  process runtime writes (`agent/runtime/cgroups.py`).
 """
 
 from __future__ import annotations
@@ -134,7 +135,23 @@ def _mounts(pod_dir: Path) -> list[Obj]:
     ]
 
 
-def oci_config(spec: ContainerSpec, *, rootfs: Path, pod_dir: Path, cgroups: str) -> Obj:
+def namespaces(netns_path: Path | None = None) -> list[Obj]:
+    """`linux.namespaces`: new pid, ipc, uts and mount namespaces; the network namespace at
+    `netns_path` (the node's, shared by its pods) or, without one, the host's network."""
+    out: list[Obj] = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
+    if netns_path is not None:
+        out.append({"type": "network", "path": str(netns_path)})
+    return out
+
+
+def oci_config(
+    spec: ContainerSpec,
+    *,
+    rootfs: Path,
+    pod_dir: Path,
+    cgroups: str,
+    netns_path: Path | None = None,
+) -> Obj:
     """The `config.json` of one run of `spec` (rootfs writable: it is the run's overlay)."""
     env = container_env(spec.env)
     return {
@@ -154,8 +171,7 @@ def oci_config(spec: ContainerSpec, *, rootfs: Path, pod_dir: Path, cgroups: str
         "linux": {
             "cgroupsPath": cgroups,
             "resources": resources(spec),
-            # No network namespace: the container shares the host's, like the process runtime.
-            "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")],
+            "namespaces": namespaces(netns_path),
             "maskedPaths": list(_MASKED),
             "readonlyPaths": list(_READONLY),
         },

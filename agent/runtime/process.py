@@ -10,6 +10,11 @@ into the cgroup's `cgroup.procs` in every hierarchy and then `exec`s the command
 the agent holds is the container's main process from the first instruction (`preexec_fn` would
 do the same but is unsafe in a process with threads).
 
+With a network namespace (``netns``, ADR 0039) the command is prefixed by
+:func:`agent.netns.exec_prefix` (``nsenter --net=/var/run/netns/<name> --``), after the
+cgroup wrapper: the prefix ``exec``s too, so the pid is still the container's, it is in its
+cgroup before it enters the namespace, and no user code ever runs outside either.
+
 An exit is classified from the kernel's counters, not guessed: `OOMKilled` when the cgroup
 recorded an OOM kill, `Completed` for 0, `Error` otherwise. When the main process ends, what
 it left behind in its cgroup is killed, as a container's init ending ends the container.
@@ -32,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from agent import logs
+from agent import logs, netns
 from agent.runtime.base import (
     REASON_UNKNOWN,
     Clock,
@@ -148,9 +153,11 @@ class ProcessRuntime:
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         poll_interval: float = 0.02,
+        netns_name: str | None = None,
     ) -> None:
         self.root_dir = root_dir
         self.cgroups = cgroups
+        self.netns_name = netns_name  # the pods' network namespace; None: the host's
         self._clock = clock
         self._monotonic = monotonic
         self._poll = poll_interval
@@ -161,6 +168,10 @@ class ProcessRuntime:
 
     def log_path(self, pod_uid: str, name: str) -> Path:
         return logs.log_path(self.pod_dir(pod_uid), name)
+
+    def exec_prefix(self) -> tuple[str, ...]:
+        """argv that runs a command in the pods' network namespace (exec probes, hooks)."""
+        return netns.exec_prefix(self.netns_name)
 
     async def start(self, spec: ContainerSpec) -> Running:
         previous = self._procs.get(spec.key)
@@ -177,7 +188,7 @@ class ProcessRuntime:
         except OSError as exc:
             raise StartError(f"cannot prepare pod directory {pod_dir}: {exc}") from exc
         self._check_executable(spec.command[0], env["PATH"], pod_dir)
-        argv, cgroup = list(spec.command), None
+        argv, cgroup = [*self.exec_prefix(), *spec.command], None
         if self.cgroups is not None:
             cgroup = container_cgroup(spec.pod_uid, spec.name)
             try:
@@ -187,7 +198,7 @@ class ProcessRuntime:
             except OSError as exc:
                 raise StartError(f"cannot set up cgroup {cgroup}: {exc}") from exc
             procs = [str(path) for path in self.cgroups.procs_files(cgroup)]
-            argv = ["/bin/sh", "-c", _ENTER, "qm-enter", *procs, "--", *spec.command]
+            argv = ["/bin/sh", "-c", _ENTER, "qm-enter", *procs, "--", *argv]
         with open(self.log_path(spec.pod_uid, spec.name), "ab") as log:
             try:
                 popen = subprocess.Popen(

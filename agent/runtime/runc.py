@@ -16,6 +16,9 @@ container's init as its child, reaps it (the exact exit code or signal), reads t
 of the still-existing cgroup, runs `runc delete`, and writes `result.json`. The agent only
 watches the shim (`Popen.poll`, which never blocks) and reads that file once the shim is gone.
 Stopping is `runc kill TERM`, the grace period, `runc kill KILL`.
+
+With a node network namespace (`netns`, ADR 0039) every container joins it
+(`linux.namespaces` network by path), so `runc exec` probes and hooks run there too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import netns
 from agent.logs import begin_run, log_path
 from agent.runtime import oci
 from agent.runtime.base import (
@@ -101,8 +105,10 @@ class RuncRuntime:
         monotonic: Callable[[], float] = time.monotonic,
         poll_interval: float = 0.02,
         start_timeout: float = 30.0,
+        netns_name: str | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.netns_name = netns_name  # the pods' network namespace; None: the host's
         self.images_dir = images_dir if images_dir is not None else state_dir / "images"
         self.runc_root = state_dir / "runc" / "state"
         self.cgroups, self.runc = cgroups, runc
@@ -154,6 +160,7 @@ class RuncRuntime:
                 rootfs=bundle / "rootfs",
                 pod_dir=pod_dir,
                 cgroups=oci.cgroups_path(self.parent, spec.pod_uid, cid),
+                netns_path=netns.path_of(self.netns_name) if self.netns_name else None,
             )
             (bundle / "config.json").write_text(json.dumps(config, indent=1))
             begin_run(pod_dir, spec.name)
