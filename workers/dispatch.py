@@ -4,7 +4,8 @@
 each change to the keys it concerns: the object's own key when a controller owns its kind, and
 its controlling owner's key (a pod's change wakes its ReplicaSet), and for a pod, every object
 in its namespace that selects pods by label rather than owning them (disruption budgets,
-quotas: see ``NamespaceIndex``). A deleted object that may own others, or one marked deleting,
+quotas: see ``NamespaceIndex``), and the Services whose selector picks it, or picked it
+(``ServiceSelectors``). A deleted object that may own others, or one marked deleting,
 enqueues the garbage collector's key for it
 (``garbage_key``); a namespace's change enqueues the namespace controller. Each batch of changes
 enqueues each key once, and a key already pending is not enqueued again. Several dispatchers
@@ -17,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from app.core.controllers.endpointslice import ServiceSelectors
 from app.core.controllers.garbage import FOREGROUND, key_name
 from app.core.errors import Gone
 from app.core.kinds import KINDS
@@ -57,8 +59,11 @@ class NamespaceIndex:
 
     def __init__(self) -> None:
         self._by_ns: dict[str, dict[Key, None]] = {}
+        self.services = ServiceSelectors()  # Services wake only for the pods they select
 
     def observe(self, ch: Change) -> None:
+        if ch.kind == "Service":
+            self.services.observe_service(ch.namespace, ch.name, None if ch.op == "D" else ch.obj)
         if ch.kind not in SELECTING:
             return
         keys = self._by_ns.setdefault(ch.namespace, {})
@@ -71,6 +76,12 @@ class NamespaceIndex:
     def selecting(self, namespace: str) -> list[Key]:
         return [k for k in self._by_ns.get(namespace, {}) if k[0] in CONTROLLERS]
 
+    def services_of(self, ch: Change) -> list[Key]:
+        """The Services a pod change concerns: those selecting it now or before."""
+        labels = (ch.obj.get("metadata") or {}).get("labels")
+        names = self.services.observe_pod(ch.namespace, ch.name, labels, ch.op == "D")
+        return [("Service", ch.namespace, n) for n in names] if "Service" in CONTROLLERS else []
+
 
 def keys_of(
     changes: Iterable[Change], index: NamespaceIndex | None = None, *, listed: bool = False
@@ -80,11 +91,17 @@ def keys_of(
     bulk (``TICKED``) are left to it."""
     seen: dict[Key, None] = {}
     skip = TICKED if listed else ()
+    changes = list(changes)
+    if listed and index is not None:  # Services first, so each pod's selectors are known
+        for ch in changes:
+            if ch.kind == "Service":
+                index.observe(ch)
     for ch in changes:
         if index is not None:
             index.observe(ch)
             if ch.kind == "Pod":
                 seen.update(dict.fromkeys(index.selecting(ch.namespace)))
+                seen.update(dict.fromkeys(index.services_of(ch)))
         if ch.kind in CONTROLLERS and ch.kind not in skip:
             seen[(ch.kind, ch.namespace, ch.name)] = None
         if (gc := garbage_key(ch)) is not None:

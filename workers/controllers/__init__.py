@@ -11,6 +11,7 @@ from workers.controllers import cronjob as cronjob_controller
 from workers.controllers import (
     deployment,
     disruption,
+    endpointslice,
     garbage,
     namespace,
     quota,
@@ -34,6 +35,7 @@ ALL: dict[str, Controller] = {
     "Node": reclaim.reconcile_key,  # batch-allocatable from usage (ADR 0021)
     "Namespace": namespace.reconcile_key,  # empties a deleted namespace (ADR 0032)
     garbage.KIND: garbage.reconcile_key,  # an owner's dependents, by owner uid (ADR 0032)
+    "Service": endpointslice.reconcile_key,  # its EndpointSlices (ADR 0037)
 }
 
 # ``QM_CONTROLLERS``: the keys' kinds whose controllers run, comma-separated (all when unset),
@@ -56,6 +58,7 @@ _TABLES = {
     "ResourceQuota": "resourcequotas",
     "Node": "nodes",
     "Namespace": "namespaces",
+    "Service": "services",
 }
 
 
