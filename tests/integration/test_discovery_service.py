@@ -114,7 +114,8 @@ def _slice(
     )
     if cur.rowcount == 0:
         db.execute(
-            "INSERT INTO endpointslices (uid, namespace, name, labels, spec) VALUES (%s, %s, %s, %s, %s)",
+            "INSERT INTO endpointslices (uid, namespace, name, labels, spec)"
+            " VALUES (%s, %s, %s, %s, %s)",
             (uuid.uuid4(), NS, name, json.dumps(labels), json.dumps(spec)),
         )
 
