@@ -28,6 +28,7 @@ from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
 from app.store import quota, sql
+from app.store.db_errors import refusals
 from app.store.group import Lane
 
 _enc = msgspec.json.Encoder()
@@ -148,20 +149,21 @@ class Store:
                 name = cols["name"] or generate_name(
                     prefix or "", self.rng, max_length=max_name_length(kind.kind)
                 )
-                rec = await db.fetchrow(
-                    sql.insert(kind),
-                    uuid.UUID(int=self.rng.getrandbits(128), version=4),
-                    cols["namespace"],
-                    name,
-                    prefix,
-                    cols["labels"],
-                    cols["annotations"],
-                    cols["owner_references"],
-                    cols["finalizers"],
-                    cols["spec"],
-                    cols["status"],
-                    actor,
-                )
+                with refusals(kind, name):
+                    rec = await db.fetchrow(
+                        sql.insert(kind),
+                        uuid.UUID(int=self.rng.getrandbits(128), version=4),
+                        cols["namespace"],
+                        name,
+                        prefix,
+                        cols["labels"],
+                        cols["annotations"],
+                        cols["owner_references"],
+                        cols["finalizers"],
+                        cols["spec"],
+                        cols["status"],
+                        actor,
+                    )
                 if rec is not None:
                     return _stored(kind, rec)
         shown = cols["name"] or prefix
@@ -173,23 +175,24 @@ class Store:
         """Insert many objects in one statement; names that already exist are skipped."""
         cols = [split(kind, o) for o in objs]
         async with quota.admitted(self.pool, kind, objs) as db:
-            recs = await db.fetch(
-                sql.insert_many(kind),
-                [uuid.UUID(int=self.rng.getrandbits(128), version=4) for _ in cols],
-                [c["namespace"] for c in cols],
-                [c["name"] for c in cols],
-                *(
-                    [_json(c[f]) for c in cols]
-                    for f in (
-                        "labels",
-                        "annotations",
-                        "owner_references",
-                        "finalizers",
-                        "spec",
-                        "status",
-                    )
-                ),
-            )
+            with refusals(kind, None):
+                recs = await db.fetch(
+                    sql.insert_many(kind),
+                    [uuid.UUID(int=self.rng.getrandbits(128), version=4) for _ in cols],
+                    [c["namespace"] for c in cols],
+                    [c["name"] for c in cols],
+                    *(
+                        [_json(c[f]) for c in cols]
+                        for f in (
+                            "labels",
+                            "annotations",
+                            "owner_references",
+                            "finalizers",
+                            "spec",
+                            "status",
+                        )
+                    ),
+                )
         return [_stored(kind, r) for r in recs]
 
     # -- updates -------------------------------------------------------------------------
@@ -267,7 +270,8 @@ class Store:
 
     async def _write_one(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
         one, _ = _STATEMENTS[op]
-        return await self.pool.fetchrow(one(kind), *args)
+        with refusals(kind, args[1]):
+            return await self.pool.fetchrow(one(kind), *args)
 
     async def _write_many(
         self, op: str, kind: Kind, batch: Sequence[tuple[Any, ...]]

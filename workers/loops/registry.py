@@ -7,6 +7,7 @@ from workers.loops import Loop
 from workers.loops.events import EventRetention
 from workers.loops.gc import OrphanCollector
 from workers.loops.nodelifecycle import NodeLifecycle
+from workers.loops.service_ips import ServiceIpRepair
 
 
 def build() -> list[Loop]:
@@ -14,4 +15,5 @@ def build() -> list[Loop]:
         EventRetention.from_env(),
         OrphanCollector.from_env(),
         NodeLifecycle.from_env(),
+        ServiceIpRepair.from_env(),
     ]

@@ -31,16 +31,42 @@ def _ip_error(address: str, version: int | None) -> str | None:
     return None
 
 
+def _carry_cluster_ip(e: Errs, spec: Obj, old: Obj | None, kind: str | None) -> str | None:
+    """The address the service held before this write (None on a create). An update that
+    omits ``clusterIP`` keeps it; a change to ExternalName drops it (the database then releases
+    the address). ``clusterIPs`` (single stack: one entry) must agree with ``clusterIP``. The
+    address itself is allocated, or the client's choice checked against the range, by the
+    database (migration 0007)."""
+    old_spec = old.get("spec") if old is not None else None
+    old_spec = old_spec if isinstance(old_spec, dict) else {}
+    old_ip = old_spec.get("clusterIP") if isinstance(old_spec.get("clusterIP"), str) else None
+    if kind == "ExternalName":
+        if spec.get("clusterIP") in (None, "", old_ip):
+            spec.pop("clusterIP", None)
+            spec.pop("clusterIPs", None)
+        return None
+    ips = e.get_str_list(spec, "clusterIPs", "spec")
+    if ips is not None and len(ips) > 1:
+        e.invalid("spec.clusterIPs", ips, "only one address is supported (single stack)")
+    elif ips:
+        if spec.get("clusterIP") in (None, ""):
+            spec["clusterIP"] = ips[0]
+        elif spec.get("clusterIP") != ips[0]:
+            e.invalid("spec.clusterIPs", ips, "must match spec.clusterIP")
+    if old_ip and spec.get("clusterIP") in (None, ""):
+        spec["clusterIP"] = old_ip
+        if spec.get("clusterIPs") in (None, []) and "clusterIPs" in old_spec:
+            spec["clusterIPs"] = old_spec["clusterIPs"]
+    return old_ip
+
+
 def check_service(e: Errs, obj: Obj, old: Obj | None) -> None:
     spec = e.get_obj(obj, "spec", "", required=True)
     if spec is None:
         return
     path = "spec"
-    old_spec = old.get("spec") if old is not None else None
-    old_ip = old_spec.get("clusterIP") if isinstance(old_spec, dict) else None
-    if old_ip and spec.get("clusterIP") in (None, ""):
-        spec["clusterIP"] = old_ip
     kind = e.get_enum(spec, "type", path, SERVICE_TYPES, default="ClusterIP")
+    old_ip = _carry_cluster_ip(e, spec, old, kind)
     e.get_label_map(spec, "selector", path)
     cluster_ip = e.get_str(spec, "clusterIP", path)
     if cluster_ip and cluster_ip != "None":
