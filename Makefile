@@ -15,7 +15,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := chromium pgbouncer runc postgresql-client busybox-static
+APT_PACKAGES := chromium pgbouncer runc postgresql-client busybox-static iproute2
 PYTEST_ARGS ?=
 
 .PHONY: help install deps up lint test test-fast bench

@@ -8,6 +8,11 @@ order. State lives in ``.qm/`` at the repository root.
 
 The processes are listed in :data:`COMPONENTS`. An entry whose module does not
 exist yet is skipped, so a new component joins the dev stack by adding one line.
+
+As root, each local node gets a network namespace of its own (:mod:`app.devstack.network`,
+ADR 0039), built before the agents and removed on the way out: its agent runs pods there
+(``--netns``, ``--pod-ip``) and its node proxy listens there. Otherwise (host mode) pods use
+the host's network, each node its own 127.0.0.x, and only local-a's proxy runs.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from types import FrameType
 
 import yaml
 
+from app.devstack import network
+from app.devstack.network import NetworkPlan
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http_ok
@@ -32,6 +39,10 @@ from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("QM_STATE_DIR") or ROOT / ".qm")
 DEFAULT_API_PORT = 8080
+DISCOVERY_PORTS = (9470, 9471)  # the discovery replicas' stream ports ...
+DISCOVERY_HTTP_PORTS = (9480, 9481)  # ... and their HTTP ports
+DISCOVERY = ",".join(f"{LOOPBACK}:{port}" for port in DISCOVERY_PORTS)
+DISCOVERY_HTTP = ",".join(f"http://{LOOPBACK}:{port}" for port in DISCOVERY_HTTP_PORTS)
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,10 @@ class Component:
     exists; when ``argv`` runs that module with ``-m``, it must be runnable
     (a package needs a ``__main__``). ``health`` is a path on the API that must
     answer 200 before the next component starts.
+
+    A process of local node ``node`` (its zone letter) gets ``network_args`` when the
+    local network is up (placeholders ``{netns}`` and ``{pod_ip}``); without it, it runs
+    only if ``host_mode``.
     """
 
     name: str
@@ -50,6 +65,9 @@ class Component:
     requires: str
     health: str | None = None
     required: bool = False
+    node: str = ""
+    network_args: tuple[str, ...] = ()
+    host_mode: bool = True
 
 
 COMPONENTS: tuple[Component, ...] = (
@@ -68,6 +86,26 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component("dispatcher", ("{python}", "-m", "workers.dispatch"), requires="workers.dispatch"),
     Component("manager", ("{python}", "-m", "workers.manager"), requires="workers.manager"),
+    *(
+        Component(
+            f"discovery-{i}",
+            (
+                "{python}",
+                "-m",
+                "app.discovery",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+                "--http-port",
+                str(http_port),
+            ),
+            requires="app.discovery",
+        )
+        for i, (port, http_port) in enumerate(
+            zip(DISCOVERY_PORTS, DISCOVERY_HTTP_PORTS, strict=True)
+        )
+    ),  # stateless replicas: subscribers may use either
     Component(
         "beat",
         (
@@ -102,12 +140,55 @@ COMPONENTS: tuple[Component, ...] = (
                 f"127.0.0.{i + 1}",
                 "--address",
                 f"127.0.0.{i + 1}",
+                "--discovery-http",
+                DISCOVERY_HTTP,
             ),
             requires="agent",
+            node=zone,
+            network_args=("--netns", "{netns}", "--pod-ip", "{pod_ip}"),
         )
-        for i, zone in enumerate(("a", "b", "c"))
+        for i, zone in enumerate(network.ZONES)
     ),  # three local machines in three zones, running pods as processes
+    *(
+        Component(
+            f"proxy-{zone}",
+            (
+                "{python}",
+                "-m",
+                "agent.proxy",
+                "--node-name",
+                f"local-{zone}",
+                "--zone",
+                f"zone-{zone}",
+                "--discovery",
+                DISCOVERY,
+                "--state-dir",
+                f"{{state}}/proxy-{zone}",
+            ),
+            requires="agent.proxy",
+            node=zone,
+            network_args=("--netns", "{netns}"),
+            host_mode=zone == "a",  # one host network holds one set of virtual IPs
+        )
+        for zone in network.ZONES
+    ),  # a node proxy beside each agent
 )
+
+
+def component_argv(
+    component: Component, values: dict[str, str], plan: NetworkPlan | None
+) -> list[str] | None:
+    """The argv ``component`` runs with, given the local network (None: host mode); None
+    when it does not run in this mode."""
+    argv = [part.format(**values) for part in component.argv]
+    if not component.node:
+        return argv
+    if plan is None:
+        return argv if component.host_mode else None
+    node = plan.node(component.node)
+    return argv + [
+        a.format(netns=node.namespace, pod_ip=node.address) for a in component.network_args
+    ]
 
 
 def launchable(component: Component) -> bool:
@@ -215,6 +296,7 @@ class Stack:
         self.postgres: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
         self.children = Supervisor()
+        self.network: NetworkPlan | None = None  # the local network, once built
 
     def run(self) -> int:
         STATE_DIR.mkdir(exist_ok=True)
@@ -260,6 +342,20 @@ class Stack:
             say(f"migrations failed (exit code {migrate.returncode})")
             return 1
 
+        plan = network.plan_from_env()
+        why_not = network.available()
+        if why_not is None:
+            say(
+                f"building the local network: bridge {plan.bridge}, namespaces "
+                + ", ".join(f"{n.namespace} ({n.address})" for n in plan.nodes)
+            )
+            self.network = plan
+            network.setup(plan)
+            net_line = f"namespaces {', '.join(n.namespace for n in plan.nodes)} on {plan.bridge}"
+        else:
+            net_line = f"host network ({why_not}): pods on 127.0.0.x, one node proxy"
+            say(f"local network: {net_line}")
+
         started: list[str] = []
         skipped: list[str] = []
         values = {
@@ -275,7 +371,9 @@ class Stack:
                     return 1
                 skipped.append(component.name)
                 continue
-            argv = [part.format(**values) for part in component.argv]
+            argv = component_argv(component, values, self.network)
+            if argv is None:
+                continue  # not in host mode
             say(f"starting {component.name}: {' '.join(argv)}")
             proc = self.children.start(component.name, argv, env, ROOT)
             if component.health:
@@ -296,6 +394,7 @@ class Stack:
             f"  CLI config:  {config_path}\n"
             f"  Token:       {token_location}\n"
             f"  Metrics:     {metrics_urls(env, started)}\n"
+            f"  Network:     {net_line}\n"
             f"  Running:     {', '.join(started)}"
             + (f"  (not present yet: {', '.join(skipped)})" if skipped else "")
             + "\n\nCtrl-C to stop.",
@@ -316,6 +415,9 @@ class Stack:
         if self.children.children:
             say("stopping " + ", ".join(name for name, _ in reversed(self.children.children)))
         self.children.stop_all()
+        if self.network is not None:
+            say(f"removing the local network ({self.network.bridge})")
+            network.teardown(self.network)
         if self.redis is not None:
             say("stopping Redis")
             self.redis.stop()

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from app.devstack import network
 from app.devstack.supervise import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,9 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN")
     }
     env.update(QM_STATE_DIR=str(tmp_path / "state"), QM_API_PORT=str(port), QM_CONFIG=str(config))
+    plan = network.NetworkPlan(tag=f"t{os.getpid() % 10**7}")  # beside a developer's make up
+    env.update(QM_NETWORK_TAG=plan.tag)
+    namespaced = network.available() is None
     tmp_path.chmod(0o755)
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.devstack.up"],
@@ -61,7 +65,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert got.returncode == 0, got.stderr
         assert "default" in got.stdout
         _a_pod_runs_on_a_local_agent(qm_env)
-        _the_example_service_runs(qm_env)
+        _the_example_service_runs(qm_env, plan if namespaced else None)
         _each_local_node_is_its_own_hostname(qm_env)
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -79,6 +83,8 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert name in running, running
     pidfile = tmp_path / "state" / "postgres" / "data" / "postmaster.pid"
     assert not pidfile.exists(), "PostgreSQL was stopped"
+    if namespaced:
+        assert not any(network.present(plan).values()), "the local network was removed"
 
 
 def _qm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
@@ -111,9 +117,11 @@ def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
-def _the_example_service_runs(env: dict[str, str]) -> None:
+def _the_example_service_runs(env: dict[str, str], plan: network.NetworkPlan | None) -> None:
     """The example service from ``examples/`` runs as the README says: three ready replicas
-    in three zones, each answering HTTP on its node's address, their logs readable by qm."""
+    in three zones, each answering HTTP on its pod's address, their logs readable by qm. With
+    the local network (root), each pod IP is its node's namespace address, reached from
+    inside a namespace (the host has no route to them); without it, the node's 127.0.0.x."""
     _qm(env, "apply", "-f", str(ROOT / "examples" / "00-namespace.yaml"))
     _qm(env, "apply", "-f", str(ROOT / "examples" / "10-web.yaml"))
     deadline = time.monotonic() + 120
@@ -125,10 +133,20 @@ def _the_example_service_runs(env: dict[str, str]) -> None:
         assert time.monotonic() < deadline, json.dumps(items)[:3000]
         time.sleep(1.0)
     assert {p["spec"]["nodeName"] for p in ready} == {"local-a", "local-b", "local-c"}
+    if plan is not None:
+        want = {n.node_name: n.address for n in plan.nodes}
+        assert {p["spec"]["nodeName"]: p["status"]["podIP"] for p in ready} == want
     for pod in ready:
         url = f"http://{pod['status']['podIP']}:8000/"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            assert answer.status == 200
+        if plan is None:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.status == 200
+            continue
+        # From local-a's namespace, across the bridge to every node's pod (its own included).
+        get = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=10).status)"
+        inside = ["ip", "netns", "exec", plan.node("a").namespace, sys.executable, "-c", get]
+        done = subprocess.run(inside, capture_output=True, text=True, timeout=30)
+        assert done.stdout.strip() == "200", done.stderr
     name = ready[0]["metadata"]["name"]
     logged = _qm(env, "logs", name, "-n", "shop", "--tail", "5")
     assert '"GET / HTTP/1.1" 200' in logged, logged
