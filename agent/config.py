@@ -20,6 +20,9 @@ need neither the process's arguments nor its environment.
 | network namespace of the pods | ``--netns`` | ``QM_AGENT_NETNS`` | none (the host's) |
 | pod IP | ``--pod-ip`` | ``QM_AGENT_POD_IP`` | the node IP |
 | discovery HTTP URLs (comma-separated) | ``--discovery-http`` | ``QM_DISCOVERY_HTTP`` | none |
+| longest wait for the proxies before SIGTERM | ``--drain-max`` | ``QM_AGENT_DRAIN_MAX`` | ``10s`` |
+| runc pods' nameserver | ``--cluster-dns`` | ``QM_AGENT_CLUSTER_DNS`` | none |
+| cluster DNS domain | ``--cluster-domain`` | ``QM_AGENT_CLUSTER_DOMAIN`` | ``cluster.local`` |
 | agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
 | agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
 | agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
@@ -43,6 +46,7 @@ argv, environment, resources, grace period, restart rule and ``preStop`` hook
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +93,9 @@ class AgentConfig:
     netns: str = ""  # the pods' network namespace (/var/run/netns/<name>); "": the host's
     pod_ip: str = ""  # the pods' address; "": the node IP (pods share the host's network)
     discovery_http: tuple[str, ...] = ()  # the discovery replicas' HTTP URLs
+    drain_max: float = 10.0  # the longest wait for the proxies before SIGTERM (agent.drain)
+    cluster_dns: str = ""  # the nameserver of runc pods' resolv.conf; "": none written
+    cluster_domain: str = "cluster.local"
 
     @property
     def pods_ip(self) -> str:
@@ -133,6 +140,11 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--netns", default=env.get("QM_AGENT_NETNS") or "")
     p.add_argument("--pod-ip", default=env.get("QM_AGENT_POD_IP") or "")
     p.add_argument("--discovery-http", default=env.get("QM_DISCOVERY_HTTP") or "")
+    p.add_argument("--drain-max", default=env.get("QM_AGENT_DRAIN_MAX") or "10")
+    p.add_argument("--cluster-dns", default=env.get("QM_AGENT_CLUSTER_DNS") or "")
+    p.add_argument(
+        "--cluster-domain", default=env.get("QM_AGENT_CLUSTER_DOMAIN") or "cluster.local"
+    )
     for flag, default in _EVICTION_FLAGS:
         var = "QM_AGENT_" + flag.removeprefix("--").replace("-", "_").upper()
         p.add_argument(flag, default=env.get(var) or default)
@@ -186,6 +198,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         netns=_netns_setting(args.netns),
         pod_ip=args.pod_ip.strip(),
         discovery_http=tuple(u.strip() for u in args.discovery_http.split(",") if u.strip()),
+        drain_max=_seconds_setting("drain max", args.drain_max, 0.0, 3600.0),
+        cluster_dns=_cluster_dns_setting(args.cluster_dns),
+        cluster_domain=args.cluster_domain.strip().strip(".") or "cluster.local",
     )
 
 
@@ -194,6 +209,17 @@ def _netns_setting(value: str) -> str:
     if name and ("/" in name or name in (".", "..")):
         raise ConfigError(f"netns {name!r} is not a namespace name (one under /var/run/netns)")
     return name
+
+
+def _cluster_dns_setting(value: str) -> str:
+    """The nameserver address, which must be an IP address (resolv.conf takes no names)."""
+    address = value.strip()
+    if address:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ConfigError(f"cluster DNS {address!r} is not an IP address") from None
+    return address
 
 
 def _int_setting(what: str, value: str, low: int, high: int) -> int:

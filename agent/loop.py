@@ -32,6 +32,7 @@ from agent import netns
 from agent.api import POD, AgentApi, Unreachable
 from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
 from agent.backoff import CrashLoopBackoff
+from agent.drain import Drainer
 from agent.lease import LeaseKeeper
 from agent.logs import ContainerLogs
 from agent.machine import Resources, detect
@@ -39,6 +40,7 @@ from agent.node import NodeConfig, NodeStatusWriter
 from agent.pods import Clocks, PodApi, PodWorker, Prober
 from agent.pressure_monitor import PressureMonitor, signal_for
 from agent.probe_exec import ProbeContext, run_probe
+from agent.resolv import ClusterDns
 from agent.runtime import ContainerSpec, Runtime
 from agent.runtime.cgroups import CgroupsUnavailable
 from agent.runtime.cgroups import detect as detect_cgroups
@@ -48,6 +50,7 @@ from agent.runtime.sim import SimRuntime
 from agent.server import AgentServer
 from agent.usage import UsageCollector
 from app.client import InThreads, RestClient
+from app.client.decode import Pager
 from app.client.verbs import Verbs
 from app.core.errors import NotFound, StatusError
 from app.core.kinds import BY_KIND
@@ -80,6 +83,16 @@ class RestPodApi:
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         await self.api.delete(POD, namespace, name, grace_seconds=0, uid=uid)
+
+    async def list_services(self, namespace: str) -> list[Obj]:
+        """Every page of the namespace's Services; a 404 (no such list) is none."""
+        pager = Pager(BY_KIND["Service"], namespace)
+        try:
+            while pager.add(await self.api.call(pager.request())):
+                pass
+        except NotFound:
+            return []
+        return pager.items
 
 
 def probe_context_for(
@@ -150,6 +163,8 @@ class Agent:
         self._swept = False
         self.server: AgentServer | None = None  # logs, metrics (ADR 0019); set by build()
         self.usage: UsageCollector | None = None  # usage samples (ADR 0020); set by build()
+        self.cluster_dns: ClusterDns | None = None  # runc pods' resolv.conf; set by build()
+        self.drainer: Drainer | None = None  # the wait for the proxies (ADR 0041); build()
 
     # -- desired vs running -----------------------------------------------------------------------
 
@@ -193,6 +208,8 @@ class Agent:
             host_ip=self.host_ip,
             pod_ip=self.pod_ip,
             poll=self.poll,
+            cluster_dns=self.cluster_dns,
+            drainer=self.drainer,
         )
         worker.lease_ok = not self.lease.self_kill_due()
         self.workers[worker.uid] = worker
@@ -363,6 +380,10 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         interval=cfg.usage_interval,
     )
     agent.server.add_metrics(agent.usage.metrics_text)
+    if cfg.cluster_dns:
+        agent.cluster_dns = ClusterDns(cfg.cluster_dns, cfg.cluster_domain)
+    if cfg.discovery_http:
+        agent.drainer = Drainer(cfg.discovery_http, cfg.drain_max)
     return agent
 
 

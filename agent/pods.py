@@ -25,13 +25,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent import probes, sources, status
+from agent import drain, probes, service_env, sources, status
 from agent.api import Unreachable
 from agent.backoff import CrashLoopBackoff
 from agent.config import container_spec, grace_seconds, pre_stop_action, restarts
 from agent.probe_exec import ProbeContext, run_probe
 from agent.probes import Action, Outcome, ProbeKind, ProbeResult, ProbeSpec, Restart, Ticket
+from agent.resolv import ClusterDns, resolv_conf
 from agent.runtime import ContainerSpec, Running, Runtime, StartError, Terminated
+from agent.runtime.oci import RESOLV_CONF_FILE
 from app.core.errors import Conflict, NotFound, StatusError
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,10 @@ class PodApi(Protocol):
 
     async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
         """A ConfigMap or Secret the pod names; None when there is none by that name."""
+        ...
+
+    async def list_services(self, namespace: str) -> list[Obj]:
+        """Every Service of the namespace (for :mod:`agent.service_env`)."""
         ...
 
 
@@ -130,6 +136,8 @@ class PodWorker:
         host_ip: str = "",
         poll: float = 1.0,
         retry_after: float = 2.0,
+        cluster_dns: ClusterDns | None = None,
+        drainer: drain.Drainer | None = None,
         pod_ip: str = "",
     ) -> None:
         self.pod = pod
@@ -138,6 +146,7 @@ class PodWorker:
         self.prober = prober
         self.probe_context = probe_context or (lambda s: ProbeContext(env=dict(s.env)))
         self.host_ip, self.poll, self.retry_after = host_ip, poll, retry_after
+        self.cluster_dns, self.drainer = cluster_dns, drainer
         self.pod_ip = pod_ip or host_ip  # the node's namespace address, or the node's own
         self.uid = str(_meta(pod).get("uid"))
         self.namespace = str(_meta(pod).get("namespace") or "")
@@ -231,25 +240,33 @@ class PodWorker:
         return self._next_wakeup()
 
     async def _resolve(self, now: float) -> bool:
-        """Fetch the ConfigMaps and Secrets the pod names and resolve every container's
-        environment and files, once for the pod's life; on failure every container waits
-        with ``CreateContainerConfigError`` and it is tried again, 1 s, 2 s, ... up to 30 s on."""
+        """Fetch the ConfigMaps and Secrets the pod names and its namespace's Services, and
+        resolve every container's environment and files, once for the pod's life; on failure
+        every container waits with ``CreateContainerConfigError`` and it is tried again, 1 s,
+        2 s, ... up to 30 s on."""
         if self._resolve_due is not None and now < self._resolve_due:
             return False
         try:
             fetched: dict[sources.Key, Obj | None] = {}
             for kind, name in sorted(sources.references(self.pod)):
                 fetched[(kind, name)] = await self.api.get_source(kind, self.namespace, name)
+            listed = await self.api.list_services(self.namespace)
+            services = service_env.variables(listed, links=service_env.links_enabled(self.pod))
+            pod_files = self._pod_files()
             resolved = []
             for box in self.all_boxes:
                 env = sources.environment(
-                    self.pod, box.raw, fetched, self.host_ip, pod_ip=self.pod_ip
+                    self.pod, box.raw, fetched, self.host_ip, services, pod_ip=self.pod_ip
                 )
                 spec = dataclasses.replace(
                     box.spec,
                     command=[sources.expand(arg, env) for arg in box.spec.command],
                     env=env,
-                    files={**box.spec.files, **sources.files(self.pod, box.raw, fetched)},
+                    files={
+                        **box.spec.files,
+                        **sources.files(self.pod, box.raw, fetched),
+                        **pod_files,
+                    },
                 )
                 resolved.append(spec)
         except (sources.SourceError, Unreachable, StatusError) as exc:
@@ -264,6 +281,13 @@ class PodWorker:
             box.view = dataclasses.replace(box.view, state=status.Waiting())
         self.resolved, self._resolve_due = True, None
         return True
+
+    def _pod_files(self) -> dict[str, bytes]:
+        """Files of the pod itself: a ``runc`` pod's resolv.conf (:mod:`agent.resolv`)."""
+        if self.runtime.name != "runc":
+            return {}  # no mount namespace: the process runtime's pods keep the host's file
+        text = resolv_conf(self.pod, self.cluster_dns)
+        return {} if text is None else {RESOLV_CONF_FILE: text.encode()}
 
     async def _initialize(self, now: float) -> None:
         """Run the init containers one after another, each to a successful exit, before any
@@ -423,10 +447,25 @@ class PodWorker:
         )
         await asyncio.gather(*(self._stop_box(b, 0.0) for b in self.all_boxes))
 
+    async def _drain(self, grace: float, deletion: bool) -> float:
+        """Before the ``preStop`` hook and SIGTERM of a deleted pod, wait (bounded) until the
+        node proxies stopped sending it new connections (:mod:`agent.drain`, ADR 0041); the
+        grace period that is left."""
+        d = self.drainer
+        applies = d is not None and drain.applies(
+            deletion=deletion, evicted=bool(self._evicted), grace=grace, replicas=d.replicas
+        )
+        if d is None or not applies or not any(b.running for b in self.all_boxes):
+            return grace
+        outcome = await d.wait(self.namespace, self.name, grace)
+        log.info("pod %s/%s: before SIGTERM, %s", self.namespace, self.name, outcome.summary())
+        return max(0.0, grace - outcome.waited)
+
     async def _terminate(self, now: float) -> None:
         assert self._stop is not None
         grace, confirm = self._stop
         if not self._stopped:
+            grace = await self._drain(grace, confirm)
             await asyncio.gather(*(self._stop_box(b, grace) for b in self.all_boxes))
             await self.runtime.cleanup(self.uid)
             for box in self.all_boxes:

@@ -15,7 +15,8 @@ pod's directory, the container's working directory, with its leading ``/`` dropp
 the container.
 
 A missing object or key that is not ``optional`` raises :class:`SourceError`, which the worker
-reports as ``CreateContainerConfigError`` and retries.
+reports as ``CreateContainerConfigError`` and retries. The Service variables
+(:mod:`agent.service_env`) sit under all of these.
 """
 
 from __future__ import annotations
@@ -170,10 +171,13 @@ def environment(
     container: Mapping[str, Any],
     fetched: Fetched,
     host_ip: str = "",
+    services: Mapping[str, str] | None = None,
     pod_ip: str = "",
 ) -> dict[str, str]:
-    """The container's whole environment: ``envFrom`` in order, then ``env`` over it."""
-    env: dict[str, str] = {}
+    """The container's whole environment: the Service variables (:mod:`agent.service_env`),
+    ``envFrom`` in order over them, then ``env`` over it; ``$(VAR)`` in an ``env`` value may
+    name a Service variable, as in Kubernetes."""
+    env: dict[str, str] = dict(services or {})
     for src in container.get("envFrom") or []:
         prefix = str(src.get("prefix") or "")
         kind, ref = (

@@ -26,6 +26,7 @@ from agent.runtime.cgroups import CFS_PERIOD_US, cfs_quota_us, cpu_shares
 from agent.runtime.process import container_env
 
 POD_MOUNT: Final = "/var/run/quaymaster/pod"
+RESOLV_CONF_FILE: Final = ".quaymaster/resolv.conf"  # among a pod's files: its /etc/resolv.conf
 OCI_VERSION: Final = "1.0.2"
 DEFAULT_TAG: Final = "latest"
 _COMPONENT = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
@@ -144,6 +145,18 @@ def namespaces(netns_path: Path | None = None) -> list[Obj]:
     return out
 
 
+def resolv_mount(spec: ContainerSpec, pod_dir: Path) -> list[Obj]:
+    """`/etc/resolv.conf` bound read-only from the pod directory's copy, when the agent wrote
+    one among the spec's files (`agent.resolv`); else none: the image's own file."""
+    if RESOLV_CONF_FILE not in spec.files:
+        return []
+    source = str(pod_dir / RESOLV_CONF_FILE)
+    options = ["bind", "ro", "nosuid", "nodev", "noexec"]
+    return [
+        {"destination": "/etc/resolv.conf", "type": "bind", "source": source, "options": options}
+    ]
+
+
 def oci_config(
     spec: ContainerSpec,
     *,
@@ -167,7 +180,7 @@ def oci_config(
         },
         "root": {"path": str(rootfs), "readonly": False},
         "hostname": spec.name,
-        "mounts": _mounts(pod_dir),
+        "mounts": [*_mounts(pod_dir), *resolv_mount(spec, pod_dir)],
         "linux": {
             "cgroupsPath": cgroups,
             "resources": resources(spec),

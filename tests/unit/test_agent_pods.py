@@ -48,6 +48,7 @@ class FakeApi:
         self.deletes: list[tuple[str, str, str]] = []
         self.down = False
         self.sources: dict[tuple[str, str], Obj] = {}
+        self.services: list[Obj] = []
 
     def _check(self) -> None:
         if self.down:
@@ -70,6 +71,10 @@ class FakeApi:
     async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._check()
         return copy.deepcopy(self.sources.get((kind, name)))
+
+    async def list_services(self, namespace: str) -> list[Obj]:
+        self._check()
+        return copy.deepcopy(self.services)
 
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         self._check()

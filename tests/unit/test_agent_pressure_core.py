@@ -291,6 +291,9 @@ class StatusApi:
         self.pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(self.pod)
 
+    async def list_services(self, namespace: str) -> list[Obj]:
+        return []
+
     async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
         raise AssertionError("an evicted pod is not deleted by the agent")
 
