@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import resource
 
 import uvloop
 
@@ -30,6 +31,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def raise_open_files_limit() -> None:
+    """One socket per subscriber: take the hard limit on open files (10,000 proxies need
+    more than the usual soft 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     args = parse_args(argv)
@@ -41,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         http_host=args.http_host,
         http_port=args.http_port,
     )
+    raise_open_files_limit()
     uvloop.install()
     # The state holds every endpoint of the cluster for as long as the replica runs.
     gc.freeze()
