@@ -23,7 +23,7 @@ import logging
 import socket
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from dnslib import CNAME, QTYPE, RCODE, RR, A, DNSError, DNSRecord
 
@@ -99,8 +99,7 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         out = self.respond(data)
