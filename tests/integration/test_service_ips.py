@@ -106,7 +106,8 @@ async def test_fifty_concurrent_creates_get_fifty_distinct_addresses(
     ips = [s.row["spec"]["clusterIP"] for s in created]
     assert len(set(ips)) == 50
     rows = await pool.fetch(
-        "SELECT host(ip) AS ip, service_uid::text AS uid FROM service_ips WHERE ip = ANY($1::inet[])",
+        "SELECT host(ip) AS ip, service_uid::text AS uid FROM service_ips"
+        " WHERE ip = ANY($1::inet[])",
         ips,
     )
     assert {(r["ip"], r["uid"]) for r in rows} == {
@@ -302,7 +303,8 @@ async def test_leaks_are_repaired(store: Store, pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL session_replication_role = replica")
         await conn.execute(
-            "INSERT INTO services (uid, namespace, name, spec) VALUES ($1, 'svc', $2, $3::text::jsonb)",
+            "INSERT INTO services (uid, namespace, name, spec)"
+            " VALUES ($1, 'svc', $2, $3::text::jsonb)",
             lost,
             unique("lost"),
             json.dumps({"clusterIP": "127.100.204.2", "ports": [{"port": 80}]}),
@@ -331,7 +333,8 @@ async def test_an_address_two_services_name_is_counted(store: Store, pool: async
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL session_replication_role = replica")
         await conn.execute(
-            "INSERT INTO services (uid, namespace, name, spec) VALUES ($1, 'svc', $2, $3::text::jsonb)",
+            "INSERT INTO services (uid, namespace, name, spec)"
+            " VALUES ($1, 'svc', $2, $3::text::jsonb)",
             uuid.uuid4(),
             unique("dup"),
             json.dumps({"clusterIP": ip, "ports": [{"port": 80}]}),
@@ -416,14 +419,16 @@ def test_downgrade_and_upgrade_with_services_in_place(make_database: Callable[[s
         _insert(db, "ext", {"type": "ExternalName", "externalName": "x.example.com"})
     alembic(url, "upgrade", "head")
     with psycopg.connect(url, autocommit=True) as db:
-        rows = dict(db.execute("SELECT name, spec->>'clusterIP' FROM services").fetchall())
-        held = dict(
+        rows: dict[str, str | None] = dict(
+            db.execute("SELECT name, spec->>'clusterIP' FROM services").fetchall()
+        )
+        held: dict[str, str] = dict(
             db.execute(
                 "SELECT s.name, host(a.ip) FROM service_ips a JOIN services s"
                 " ON s.uid = a.service_uid"
             ).fetchall()
         )
     assert rows["before"] == before_ip and rows["named"] == "127.100.77.7"
-    assert ipaddress.ip_address(rows["plain"]) in RANGE
+    assert ipaddress.ip_address(str(rows["plain"])) in RANGE
     assert rows["headless"] == "None" and rows["ext"] is None
     assert held == {"before": before_ip, "named": "127.100.77.7", "plain": rows["plain"]}

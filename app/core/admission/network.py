@@ -45,6 +45,13 @@ def _carry_cluster_ip(e: Errs, spec: Obj, old: Obj | None, kind: str | None) -> 
             spec.pop("clusterIP", None)
             spec.pop("clusterIPs", None)
         return None
+    if old_ip and "clusterIPs" in old_spec:
+        # A patch that changes one of the pair leaves the other as it was: follow the change,
+        # so the one error is the address's immutability.
+        if spec.get("clusterIPs") == old_spec["clusterIPs"] and spec.get("clusterIP"):
+            spec["clusterIPs"] = [spec["clusterIP"]]
+        elif spec.get("clusterIP") == old_ip and isinstance(spec.get("clusterIPs"), list):
+            spec["clusterIP"] = next(iter(spec["clusterIPs"]), old_ip)
     ips = e.get_str_list(spec, "clusterIPs", "spec")
     if ips is not None and len(ips) > 1:
         e.invalid("spec.clusterIPs", ips, "only one address is supported (single stack)")
