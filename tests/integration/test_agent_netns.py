@@ -211,3 +211,42 @@ def test_entered_returns_the_thread_to_where_it_was(plan: NetworkPlan) -> None:
             os.readlink("/proc/thread-self/ns/net") == f"net:[{_inode(plan.node('a').namespace)}]"
         )
     assert os.readlink("/proc/thread-self/ns/net") == home
+
+
+async def test_a_runc_container_joins_the_namespace_and_probes_reach_it(
+    plan: NetworkPlan, tmp_path: Path
+) -> None:
+    from test_agent_runc import host_skip_reason, make_busybox_image
+
+    from agent.runtime.runc import RuncRuntime
+
+    if reason := host_skip_reason():
+        capability.missing(reason)
+    try:
+        cgroups = detect(f"qm-test-runc-{secrets.token_hex(4)}")
+    except CgroupsUnavailable as exc:
+        capability.missing(f"this host gives no writable memory/cpu cgroups: {exc}")
+    c = plan.node("c")
+    make_busybox_image(tmp_path / "images")
+    rt = RuncRuntime(
+        tmp_path / "state", cgroups, images_dir=tmp_path / "images", netns_name=c.namespace
+    )
+    spec = ContainerSpec(
+        "runc-pod", "web", ["httpd", "-f", "-p", f"{c.address}:{PORT}", "-h", "/tmp"],
+        image="busybox:1",
+    )  # fmt: skip
+    try:
+        running = await rt.start(spec)
+        assert os.stat(f"/proc/{running.pid}/ns/net").st_ino == _inode(c.namespace)
+        sockets = netns.NamespaceSockets(c.namespace)
+        await _until_listening(sockets, c.address)
+        async with netns.NamespaceSockets(c.namespace) as sockets:
+            prefix = rt.exec_prefix(spec.pod_uid, spec.name)
+            ctx = ProbeContext(host=c.address, sockets=sockets, exec_prefix=prefix)
+            assert (await run_probe(TcpAction(PORT), 5, ctx)).outcome is Outcome.SUCCESS
+            here = await run_probe(ExecAction(("readlink", "/proc/self/ns/net")), 5, ctx)
+            assert here.message == f"net:[{_inode(c.namespace)}]", here.message
+    finally:
+        await rt.cleanup(spec.pod_uid)
+        rt.close()
+        cgroups.remove("")
