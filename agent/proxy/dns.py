@@ -125,15 +125,22 @@ class DnsServer:
 
     async def start(self, sockets: Any, host: str, port: int) -> None:
         """Listen with ``sockets`` (an ``agent.netns.NamespaceSockets``); port 0 picks one
-        port for UDP and the same for TCP."""
-        loop = asyncio.get_running_loop()
-        udp_sock = await sockets.listen(host, port, kind=socket.SOCK_DGRAM)
-        port = udp_sock.getsockname()[1]
-        transport, _ = await loop.create_datagram_endpoint(
+        port free for both UDP and TCP."""
+        for attempt in range(1 if port else 10):
+            udp_sock = await sockets.listen(host, port, kind=socket.SOCK_DGRAM)
+            chosen = udp_sock.getsockname()[1]
+            try:
+                tcp_sock = await sockets.listen(host, chosen)
+            except OSError:
+                udp_sock.close()
+                if port or attempt == 9:
+                    raise
+                continue  # port 0: that port was free for UDP only; pick another
+            break
+        transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
             lambda: _Udp(self.respond), sock=udp_sock
         )
         self.udp = transport
-        tcp_sock = await sockets.listen(host, port)
         self.tcp = await asyncio.start_server(self._tcp, sock=tcp_sock)
 
     @property

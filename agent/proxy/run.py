@@ -91,7 +91,10 @@ class Proxy:
 
     def _changed(self, applied: Applied) -> None:
         """A message changed the replica: update the table (before the ACK goes out)."""
+        invalid = len(self.table.invalid)
         self.table.update(self.subscriber.replica.resources, applied.changed, applied.reset)
+        if len(self.table.invalid) > invalid:
+            log.warning("unreadable resources skipped: %s", sorted(self.table.invalid)[:10])
         if applied.reset or any(k.startswith(SERVICE + "/") for k in applied.changed):
             self.forwarder.want(self._routes())
 

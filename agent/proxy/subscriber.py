@@ -109,6 +109,8 @@ class Subscriber:
                 progressed = await self._session(host, port, stop)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
                 log.info("discovery %s:%s: %s", host, port, exc or type(exc).__name__)
+            except Exception:  # a bug must not end the subscription: keep the copy, retry
+                log.exception("discovery %s:%s: unexpected error", host, port)
             finally:
                 self.connected = False
             if stop.is_set():

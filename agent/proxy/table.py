@@ -115,11 +115,13 @@ class Table:
     def __init__(self) -> None:
         self.services: dict[str, Service] = {}
         self._members: dict[str, set[str]] = {}  # service key -> its endpoint keys seen
+        self.invalid: set[str] = set()  # resources that could not be read (for the logs)
 
     def update(self, resources: Resources, changed: Iterable[str], reset: bool = False) -> None:
         """Bring the services that ``changed`` (resource keys) touch up to ``resources``; with
         ``reset`` (a snapshot), rebuild everything."""
         if reset:
+            self.invalid.clear()
             self.services.clear()
             self._members.clear()
             changed = resources.keys()
@@ -146,8 +148,17 @@ class Table:
         if value is None:
             self.services.pop(owner, None)
             return
-        endpoints = [endpoint_of(k, resources[k]) for k in members if k in resources]
-        self.services[owner] = service_of_value(owner, value, endpoints)
+        endpoints = []
+        for k in members:
+            try:
+                endpoints.append(endpoint_of(k, resources[k]))
+            except (AttributeError, KeyError, TypeError, ValueError):
+                self.invalid.add(k)  # one malformed endpoint must not stop the others
+        try:
+            self.services[owner] = service_of_value(owner, value, endpoints)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            self.invalid.add(owner)
+            self.services.pop(owner, None)
 
     def by_name(self, namespace: str, name: str) -> Service | None:
         return self.services.get(f"{SERVICE}/{namespace}/{name}")

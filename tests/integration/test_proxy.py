@@ -197,28 +197,41 @@ async def backends() -> AsyncIterator[Callable[..., Awaitable[Backend]]]:
         b.close()
 
 
-@pytest.fixture
-async def run_proxy(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]]]:
-    running: list[tuple[Proxy, asyncio.Event, asyncio.Task[None]]] = []
+class Runner:
+    """Starts proxies in the test's loop (``await runner(discovery ports, **settings)``) and
+    stops them (one by :meth:`stop`, the rest after the test)."""
 
-    async def start(discovery: list[int], **settings: Any) -> Proxy:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.running: dict[int, tuple[asyncio.Event, asyncio.Task[None]]] = {}
+
+    async def __call__(self, discovery: list[int], **settings: Any) -> Proxy:
         config = ProxyConfig(
             node_name=settings.pop("node_name", "local-a"),
             zone=settings.pop("zone", "zone-a"),
             discovery=tuple(("127.0.0.1", p) for p in discovery),
-            state_dir=settings.pop("state_dir", tmp_path / "proxy"),
+            state_dir=settings.pop("state_dir", self.state_dir),
             discovery_timeout=settings.pop("discovery_timeout", 5.0),
             metrics_port=0,
             **settings,
         )
         proxy, stop = Proxy(config), asyncio.Event()
         task = asyncio.ensure_future(proxy.run(stop))
-        running.append((proxy, stop, task))
+        self.running[id(proxy)] = (stop, task)
         await until(lambda: proxy.metrics_server is not None or task.done(), what="started")
         return proxy
 
-    yield start
-    for _, stop, task in running:
+    async def stop(self, proxy: Proxy) -> None:
+        stop, task = self.running.pop(id(proxy))
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def run_proxy(tmp_path: Path) -> AsyncIterator[Runner]:
+    runner = Runner(tmp_path / "proxy")
+    yield runner
+    for stop, task in runner.running.values():
         stop.set()
         await asyncio.wait_for(task, 10)
 
@@ -333,8 +346,9 @@ async def test_static_stability_without_discovery_and_across_a_restart(
     await until(lambda: not proxy.subscriber.connected, what="disconnected")
     assert await who(port) == "a"  # still forwards on the last copy
 
-    stop_first = proxy  # a second proxy from the same state dir, discovery still down
-    stop_first.close()
+    await run_proxy.stop(proxy)  # a second proxy from the same state dir, discovery still down
+    with pytest.raises(OSError):
+        await request(VIP, port)
     again = await run_proxy([dead, fake.port], state_dir=state, node_name="local-a")
     await listening(again)
     assert again.subscriber.replica.version == 10

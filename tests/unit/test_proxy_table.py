@@ -273,3 +273,17 @@ def test_load_balancer_ports_on_the_edge_address() -> None:
     }
     table.update(resources, resources, reset=True)
     assert table.load_balancer_ports("127.0.0.200") == {("127.0.0.200", 80): ("s/ns/api", "http")}
+
+
+def test_a_malformed_resource_is_skipped_not_fatal() -> None:
+    table = Table()
+    resources: dict[str, Any] = {
+        "s/ns/web": service_value(),
+        "e/ns/web/ok": endpoint_value("10.0.0.1"),
+        "e/ns/web/bad": {"a": "10.0.0.2", "p": ["not", "a", "map"]},
+        "s/ns/broken": {"ip": "127.100.0.9", "ports": "nope"},
+    }
+    table.update(resources, resources, reset=True)
+    assert [e.address for e in table.services["s/ns/web"].endpoints] == ["10.0.0.1"]
+    assert "s/ns/broken" not in table.services
+    assert table.invalid == {"e/ns/web/bad", "s/ns/broken"}
