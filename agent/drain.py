@@ -178,5 +178,9 @@ class Drainer:
             async with httpx.AsyncClient(timeout=timeout + HTTP_SLACK) as client:
                 resp = await client.get(f"{replica}/v1/drained", params=params)
         except httpx.HTTPError as exc:
-            return Answer(replica, error=f"unreachable: {exc.__class__.__name__}: {exc}")
-        return parse_answer(replica, resp.status_code, resp.content)
+            answer = Answer(replica, error=f"unreachable: {exc.__class__.__name__}: {exc}")
+        else:
+            answer = parse_answer(replica, resp.status_code, resp.content)
+        if answer.error:
+            log.warning("discovery replica %s counted as drained: %s", replica, answer.error)
+        return answer

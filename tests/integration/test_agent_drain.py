@@ -3,7 +3,8 @@ the process runtime stops a deleted pod while small fake discovery replicas (HTT
 127.0.0.1, in this test) answer ``/v1/drained`` after a delay, never, with an error, or not at
 all. The container notes when SIGTERM reaches it, so the test checks that the signal came
 after the replicas said drained, within the bound when they never do, and without waiting on
-a replica that is down."""
+a replica that is down. Also: the agent's client lists a namespace's Services from the test
+API server, with the cluster IPs the Service variables are made of."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import secrets
 import socket
 import sys
 import time
@@ -22,12 +24,18 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from agent.api import NAMESPACE, AgentApi
 from agent.backoff import CrashLoopBackoff
 from agent.drain import Drainer
+from agent.loop import RestPodApi
 from agent.pods import PodWorker
 from agent.runtime.process import ProcessRuntime
+from agent.service_env import variables
+from app.core.kinds import BY_KIND
+from app.devstack.apiserver import ApiServer
 
 Obj = dict[str, Any]
+HTTP = {"name": "http", "port": 80, "protocol": "TCP"}
 SLACK = 1.0  # a loaded 2-core machine: how late a signal may come beyond what is expected
 
 CONTAINER = """
@@ -193,3 +201,27 @@ async def test_an_unreachable_or_failing_replica_does_not_block(tmp_path: Path) 
 async def test_without_replicas_answering_at_all_sigterm_is_prompt(tmp_path: Path) -> None:
     began, term, _ = await stop_deleted_pod(tmp_path, [dead_url()], grace=30, drain_max=10)
     assert term - began < SLACK
+
+
+# -- the Service list the variables come from, from the real API ---------------------------------
+
+
+async def test_the_agents_client_lists_a_namespaces_services_with_their_cluster_ips(
+    api_server: ApiServer,
+) -> None:
+    api = AgentApi(api_server.url, api_server.token)
+    ns = f"svc-{secrets.token_hex(3)}"
+    api.create(NAMESPACE, None, {"metadata": {"name": ns}})
+    for name in ("web", "cache-db"):
+        body = {"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [HTTP]}}
+        api.create(BY_KIND["Service"], ns, body)
+    headless = {"metadata": {"name": "peers"}, "spec": {"clusterIP": "None", "ports": [HTTP]}}
+    api.create(BY_KIND["Service"], ns, headless)
+    listed = await RestPodApi(api).list_services(ns)
+    assert sorted(s["metadata"]["name"] for s in listed) == ["cache-db", "peers", "web"]
+    env = variables(listed)
+    web_ip = next(s["spec"]["clusterIP"] for s in listed if s["metadata"]["name"] == "web")
+    assert env["WEB_SERVICE_HOST"] == web_ip and env["CACHE_DB_SERVICE_PORT_HTTP"] == "80"
+    assert env["WEB_PORT"] == f"tcp://{web_ip}:80"
+    assert not any(k.startswith("PEERS_") for k in env)
+    assert await RestPodApi(api).list_services(f"empty-{secrets.token_hex(3)}") == []
