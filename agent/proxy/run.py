@@ -97,6 +97,7 @@ class Proxy:
             log.warning("unreadable resources skipped: %s", sorted(self.table.invalid)[:10])
         if applied.reset or any(k.startswith(SERVICE + "/") for k in applied.changed):
             self.forwarder.want(self._routes())
+            self.picker.keep(self.table.services)
 
     async def start(self) -> None:
         """Everything that listens: the namespace, DNS and metrics."""

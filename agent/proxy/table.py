@@ -293,6 +293,11 @@ class Picker:
                     return self._one(service.key, port_name, found)
         return None
 
+    def keep(self, services: Collection[str]) -> None:
+        """Forget the round-robin turns of services no longer in ``services`` (keys)."""
+        for gone in [k for k in self._turn if k[0] not in services]:
+            del self._turn[gone]
+
     def _one(
         self, key: str, port_name: str, found: list[tuple[Endpoint, Target]]
     ) -> tuple[Endpoint, Target]:

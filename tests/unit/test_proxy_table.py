@@ -287,3 +287,13 @@ def test_a_malformed_resource_is_skipped_not_fatal() -> None:
     assert [e.address for e in table.services["s/ns/web"].endpoints] == ["10.0.0.1"]
     assert "s/ns/broken" not in table.services
     assert table.invalid == {"e/ns/web/bad", "s/ns/broken"}
+
+
+def test_round_robin_turns_of_removed_services_are_forgotten() -> None:
+    picker = node_picker()
+    service = svc(ep("p1"), ep("p2"))
+    assert picker.pick(service, "http", 0.0)[1] == ("10.0.0.1", 8000)
+    picker.keep({"s/ns/web"})
+    assert picker.pick(service, "http", 0.0)[1] == ("10.0.0.2", 8000)
+    picker.keep(set())
+    assert picker.pick(service, "http", 0.0)[1] == ("10.0.0.1", 8000)  # starts over
