@@ -39,6 +39,8 @@ from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("QM_STATE_DIR") or ROOT / ".qm")
 DEFAULT_API_PORT = 8080
+CLUSTER_DNS = "127.0.0.53"
+EDGE_ADDRESS = "127.0.0.200"  # where the edge proxy serves services of type LoadBalancer
 DISCOVERY_PORTS = (9470, 9471)  # the discovery replicas' stream ports ...
 DISCOVERY_HTTP_PORTS = (9480, 9481)  # ... and their HTTP ports
 DISCOVERY = ",".join(f"{LOOPBACK}:{port}" for port in DISCOVERY_PORTS)
@@ -145,7 +147,15 @@ COMPONENTS: tuple[Component, ...] = (
             ),
             requires="agent",
             node=zone,
-            network_args=("--netns", "{netns}", "--pod-ip", "{pod_ip}"),
+            # The node proxy answers DNS on 127.0.0.53 inside the node's namespace.
+            network_args=(
+                "--netns",
+                "{netns}",
+                "--pod-ip",
+                "{pod_ip}",
+                "--cluster-dns",
+                CLUSTER_DNS,
+            ),
         )
         for i, zone in enumerate(network.ZONES)
     ),  # three local machines in three zones, running pods as processes
@@ -172,6 +182,26 @@ COMPONENTS: tuple[Component, ...] = (
         )
         for zone in network.ZONES
     ),  # a node proxy beside each agent
+    Component(
+        "edge",
+        (
+            "{python}",
+            "-m",
+            "agent.proxy",
+            "--node-name",
+            "edge",
+            "--edge",
+            "--listen",
+            EDGE_ADDRESS,
+            "--discovery",
+            DISCOVERY,
+            "--state-dir",
+            "{state}/proxy-edge",
+            "--dns",
+            "off",
+        ),
+        requires="agent.proxy",
+    ),  # the edge load balancer: LoadBalancer services on EDGE_ADDRESS, on the host
 )
 
 

@@ -114,7 +114,9 @@ def _argv(name: str, plan: NetworkPlan | None) -> list[str] | None:
 def test_with_the_network_each_agent_gets_its_namespace_and_pod_ip() -> None:
     argv = _argv("agent-b", NetworkPlan())
     assert argv is not None
-    assert argv[-4:] == ["--netns", "qm-local-b", "--pod-ip", "10.88.0.12"]
+    assert argv[-6:] == [
+        "--netns", "qm-local-b", "--pod-ip", "10.88.0.12", "--cluster-dns", "127.0.0.53"
+    ]  # fmt: skip
     assert argv[argv.index("--node-ip") :][:2] == ["--node-ip", "127.0.0.2"]
     i = argv.index("--discovery-http")
     assert argv[i + 1] == "http://127.0.0.1:9480,http://127.0.0.1:9481"
