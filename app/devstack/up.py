@@ -201,6 +201,10 @@ COMPONENTS: tuple[Component, ...] = (
             "off",
         ),
         requires="agent.proxy",
+        # It listens on the host; it reaches the pods (and checks them) from local-a's network.
+        node="a",
+        network_args=("--netns", "{netns}"),
+        host_mode=True,
     ),  # the edge load balancer: LoadBalancer services on EDGE_ADDRESS, on the host
 )
 
