@@ -173,7 +173,8 @@ class Stack:
     def poke(self, pod: dict[str, Any], path: str) -> None:
         """GET ``path`` on the pod itself, from its node's namespace."""
         zone = pod["spec"]["nodeName"].removeprefix("local-")
-        url = f"http://{pod['status']['podIP']}:8000{path}"
+        port = PORTS[pod["metadata"]["labels"]["app"]]
+        url = f"http://{pod['status']['podIP']}:{port}{path}"
         fetch = f"import urllib.request as u; u.urlopen({url!r}, timeout=5).read()"
         self.inside(zone, sys.executable, "-c", fetch)
 
@@ -194,8 +195,11 @@ def ready(pod: dict[str, Any]) -> bool:
     )
 
 
+PORTS = {"echo": 8000, "pair": 8001}
+
+
 def deployment(name: str, replicas: int, nodes: list[str], version: str = "1") -> dict[str, Any]:
-    """A service's pods: the test backend on port 8000 of the pod's address, one per node
+    """A service's pods: the test backend on its port (``PORTS``) of the pod's address, one per node
     (a hostPort: pods of a node share its network), on the chosen nodes, ready while their
     /ready says so. No preStop hook."""
     container = {
@@ -206,11 +210,12 @@ def deployment(name: str, replicas: int, nodes: list[str], version: str = "1") -
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "VERSION", "value": version},
+            {"name": "PORT", "value": str(PORTS[name])},
         ],
-        "ports": [{"containerPort": 8000, "hostPort": 8000, "name": "http"}],
+        "ports": [{"containerPort": PORTS[name], "hostPort": PORTS[name], "name": "http"}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
         "readinessProbe": {
-            "httpGet": {"path": "/ready", "port": 8000},
+            "httpGet": {"path": "/ready", "port": "http"},
             "periodSeconds": 1,
             "failureThreshold": 2,
         },
@@ -285,6 +290,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
     except BaseException:
         print(s.log())
+        for app in ("echo", "pair"):
+            for pod in s.pods(app):
+                print(
+                    pod["metadata"]["name"],
+                    pod["spec"].get("nodeName"),
+                    json.dumps(pod.get("status"))[:1500],
+                )
         raise
     finally:
         s.stop()
