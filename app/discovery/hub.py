@@ -158,8 +158,8 @@ class Hub:
         self.state.load(version, changes)
         self.loaded = True
         self._snapshots.clear()
-        waiting, self._waiting = self._waiting, []
-        for sub in [*self.subscribers.values(), *waiting]:
+        self._waiting = []  # each is in ``subscribers`` too
+        for sub in self.subscribers.values():
             self._send_from(sub, sub.sent)
         metrics.VERSION.set(version)
         self._wake()

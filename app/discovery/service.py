@@ -136,7 +136,7 @@ async def run(settings: Settings, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     hub = Hub(time.monotonic)
     stream = await loop.create_server(lambda: Subscriber(hub), settings.host, settings.port,
-                                      backlog=4096)  # fmt: skip
+                                      backlog=65535)  # fmt: skip
     http = await serve(
         settings.http_host,
         settings.http_port,

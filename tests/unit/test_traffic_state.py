@@ -243,3 +243,13 @@ def test_forget_pods_drops_only_drained_marks() -> None:
     state.forget_pods(keep=1)
     assert state.drained_at("ns", "a") == (True, None, set())
     assert state.drained_at("ns", "b")[0] is False
+
+
+def test_a_catch_up_is_encoded_once_for_every_subscriber_at_the_same_version() -> None:
+    state = loaded()
+    state.apply([Ch(11, "Service", "D", "s1", "ns", "web", service("web"))])
+    first = state.catch_up("all", 10)
+    assert first is not None and state.catch_up("all", 10) is first
+    state.apply([Ch(12, "Service", "A", "s3", "ns", "new", service("new"))])
+    again = state.catch_up("all", 10)
+    assert again is not first and again is not None and protocol.decode(again)["v"] == 12

@@ -82,6 +82,7 @@ class DiscoveryState:
         self._pods: dict[tuple[str, str], _PodMark] = {}
         self._history: deque[Step] = deque()
         self._history_keys = 0
+        self._catch_ups: dict[tuple[str, int], tuple[int, bytes]] = {}
 
     # -- loading --------------------------------------------------------------------------
 
@@ -197,17 +198,27 @@ class DiscoveryState:
         return protocol.snapshot(self.version, self._next_nonce(), self.view(scope))
 
     def catch_up(self, scope: str, since: int) -> bytes | None:
-        """One delta from ``since`` to now, or None if only a snapshot will do."""
+        """One delta from ``since`` to now, or None if only a snapshot will do. Encoded once
+        per scope and version held: a replica that many subscribers fail over to at once
+        sends them all the same bytes."""
+        cached = self._catch_ups.get((scope, since))
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
         if since == self.version:
-            return protocol.delta(self.version, since, self._next_nonce(), {}, [])
-        if since > self.version or not self._history or self._history[0].since > since:
+            frame = protocol.delta(self.version, since, self._next_nonce(), {}, [])
+        elif since > self.version or not self._history or self._history[0].since > since:
             return None
-        keys: set[str] = set()
-        for step in reversed(self._history):
-            if step.version <= since:
-                break
-            keys |= step.keys
-        return self._delta(scope, keys, since, self.version)
+        else:
+            keys: set[str] = set()
+            for step in reversed(self._history):
+                if step.version <= since:
+                    break
+                keys |= step.keys
+            frame = self._delta(scope, keys, since, self.version)
+        if len(self._catch_ups) >= 64:
+            self._catch_ups.clear()
+        self._catch_ups[(scope, since)] = (self.version, frame)
+        return frame
 
     def _delta(self, scope: str, keys: Iterable[str], since: int, version: int) -> bytes:
         changed: Resources = {}
