@@ -17,7 +17,7 @@ import asyncio
 import logging
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,6 +27,9 @@ from app.core.traffic.state import Change, DiscoveryState, Step
 from app.discovery import metrics
 
 log = logging.getLogger(__name__)
+
+# The services changed in (since, upto] by the revision log; None when it cannot tell.
+ChangedSince = Callable[[int, int], Awaitable[set[str] | None]]
 
 SUBSCRIBE_TIMEOUT = 10.0
 MAX_CLIENT_LINE = 64 * 1024
@@ -64,6 +67,7 @@ class Subscriber(asyncio.Protocol):
         self.behind_since: float | None = None
         self.connected_at = hub.clock()
         self.nacks = 0
+        self.resuming = False  # its catch-up waits on the revision log
         self._buffer = b""
         self._timer: asyncio.TimerHandle | None = None
 
@@ -142,8 +146,13 @@ class Subscriber(asyncio.Protocol):
 class Hub:
     """Every subscriber of this replica and the state they are streamed."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, clock: Callable[[], float], changed_since: ChangedSince | None = None
+    ) -> None:
         self.clock = clock
+        self.changed_since = changed_since
+        self._lookups: dict[int, tuple[int, asyncio.Future[set[str] | None]]] = {}
+        self._resumes: set[asyncio.Future[None]] = set()
         self.state = DiscoveryState()
         self.loaded = False
         self.subscribers: dict[str, Subscriber] = {}
@@ -158,6 +167,7 @@ class Hub:
         self.state.load(version, changes)
         self.loaded = True
         self._snapshots.clear()
+        self._lookups.clear()
         self._waiting = []  # each is in ``subscribers`` too
         for sub in self.subscribers.values():
             self._send_from(sub, sub.sent)
@@ -220,7 +230,9 @@ class Hub:
 
     def catch_up(self, sub: Subscriber) -> None:
         """Bring a subscriber that is not at the last step up to date, if it can take it."""
-        if sub.sub is None or sub.paused or not self.loaded or sub.sent == self.state.version:
+        if sub.sub is None or sub.paused or sub.resuming or not self.loaded:
+            return
+        if sub.sent == self.state.version:
             return
         if sub.sent > self.state.version:
             return  # it resumed from a replica ahead of this one: wait until this one is there
@@ -233,8 +245,45 @@ class Hub:
             sub.sent = version
             return
         frame = self.state.catch_up(scope, version) if version else None
+        if frame is None and version and self.changed_since is not None:
+            sub.resuming = True
+            task = asyncio.ensure_future(self._resume(sub, version))
+            self._resumes.add(task)
+            task.add_done_callback(self._resumes.discard)
+            return
         if frame is None:
             frame = self._snapshot(scope)
+            metrics.SNAPSHOTS.inc()
+        else:
+            metrics.CATCH_UPS.inc()
+        sub.write(frame, self.state.version)
+
+    async def _resume(self, sub: Subscriber, since: int) -> None:
+        """Bring back a subscriber from before this replica's history: the revision log says
+        which services changed since its version, and those are sent whole. One lookup per
+        version held, shared by every subscriber that holds it (a restart's reconnect storm)."""
+        assert sub.sub is not None and self.changed_since is not None
+        looked = self._lookups.get(since)
+        if looked is None:
+            if len(self._lookups) > 256:
+                self._lookups.clear()
+            upto = self.state.version
+            future = asyncio.ensure_future(self.changed_since(since, upto))
+            looked = self._lookups[since] = (upto, future)
+        try:
+            services = await asyncio.shield(looked[1])
+        except Exception as exc:
+            log.warning("could not read what changed since %d (%s); sending snapshots", since, exc)
+            services = None
+        finally:
+            sub.resuming = False
+        if sub.transport is None or sub.transport.is_closing() or sub.sent != since:
+            return
+        frame = None
+        if services is not None:
+            frame = self.state.catch_up_services(sub.sub.scope, since, services, looked[0])
+        if frame is None:
+            frame = self._snapshot(sub.sub.scope)
             metrics.SNAPSHOTS.inc()
         else:
             metrics.CATCH_UPS.inc()

@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass
 
 from app.core.errors import Gone
 from app.core.metrics import escape_label_value, format_value
+from app.core.traffic import protocol
 from app.discovery import metrics
-from app.discovery.hub import PING_EVERY, Hub, Subscriber
+from app.discovery.hub import PING_EVERY, ChangedSince, Hub, Subscriber
 from app.metrics_endpoint import JSON, Route, serve
 from app.stream.informer import LogInformer
 
@@ -31,6 +32,7 @@ KINDS = ("Service", "EndpointSlice")
 RETRY = 1.0
 DRAIN_POLL = 0.02
 MAX_DRAIN_WAIT = 60.0
+MAX_RESUME_SPAN = 2_000_000  # revisions; further back, a snapshot is cheaper than the scan
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,27 @@ async def follow(hub: Hub, informer: LogInformer, stop: asyncio.Event) -> None:
             log.warning("discovery fell behind the log (%s); listing again", exc)
         finally:
             await batches.aclose()  # type: ignore[attr-defined]
+
+
+def changed_since(informer: LogInformer) -> ChangedSince:
+    """The services whose Service or EndpointSlices changed in a range of revisions, from the
+    revision log (None when compaction dropped part of it, or the range is too long)."""
+
+    async def services(since: int, upto: int) -> set[str] | None:
+        if upto - since > MAX_RESUME_SPAN:
+            return None
+        try:
+            touched = await informer.touched(since, upto)
+        except Gone:
+            return None
+        out = set()
+        for kind, namespace, name, labels in touched:
+            service = name if kind == "Service" else labels.get("kubernetes.io/service-name")
+            if service:
+                out.add(protocol.service_key(namespace, service))
+        return out
+
+    return services
 
 
 async def _pinger(hub: Hub, stop: asyncio.Event) -> None:
@@ -134,7 +157,7 @@ def render(hub: Hub) -> str:
 async def run(settings: Settings, stop: asyncio.Event) -> None:
     """Serve until ``stop``."""
     loop = asyncio.get_running_loop()
-    hub = Hub(time.monotonic)
+    hub = Hub(time.monotonic, changed_since(LogInformer(settings.dsn, KINDS)))
     stream = await loop.create_server(lambda: Subscriber(hub), settings.host, settings.port,
                                       backlog=65535)  # fmt: skip
     http = await serve(

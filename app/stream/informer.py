@@ -68,6 +68,14 @@ WHERE s.id = 1
 ORDER BY e.revision"""
 
 
+# Which objects of the chosen kinds changed in a range of revisions, with their labels (the
+# discovery service resumes subscribers from it), and how far the log is compacted.
+_TOUCHED = """
+SELECT DISTINCT kind, namespace, name, (object->'metadata'->'labels')::text AS labels
+FROM qm_revision_log
+WHERE revision > $1 AND revision <= $2 AND kind = ANY($3::text[])"""
+
+
 @dataclass(slots=True)
 class Change:
     """One logged change of an object: its revision, ``op`` ``A``/``M``/``D``, and the object
@@ -85,6 +93,7 @@ class Change:
 
 # The informer has a ``list`` method, which hides the builtin inside its class body.
 Changes = list[Change]
+Touched = list[tuple[str, str, str, dict[str, str]]]  # kind, namespace, name, labels
 
 
 class LogInformer:
@@ -128,6 +137,23 @@ class LogInformer:
             await conn.close()
         self.revision = rev
         return rev, items
+
+    async def touched(self, since: int, upto: int) -> Touched:
+        """``(kind, namespace, name, labels)`` of every object of the chosen kinds changed in
+        (``since``, ``upto``], deleted ones included; ``Gone`` when the log no longer holds
+        every change after ``since`` (compaction removes only entries at or below
+        ``compacted_revision``)."""
+        conn = await self._connect()
+        try:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                state = await conn.fetchrow(_LIST_STATE)
+                assert state is not None, "qm_stream_state has no row; is the schema migrated?"
+                if since < int(state[1]):
+                    raise Gone(f"the log is compacted up to {state[1]}, past {since}")
+                rows = await conn.fetch(_TOUCHED, since, upto, self.kinds)
+        finally:
+            await conn.close()
+        return [(r[0], r[1], r[2], _dec.decode(r[3]) if r[3] else {}) for r in rows]
 
     async def changes(self, since: int) -> AsyncIterator[Changes]:
         """Batches of changes of the chosen kinds after revision ``since``, in revision order,

@@ -268,7 +268,11 @@ async def test_a_restarted_replica_brings_subscribers_back_to_the_same_state(
     again.replica.resources = dict(sub.replica.resources)
     await again.start()
     await again.until(lambda: f"e/{NS}/rst/r2" in again.replica.resources)
-    assert again.messages[0]["t"] == "snapshot"  # a new replica has no history before its list
+    # No history before its list, but the revision log says which services changed since the
+    # version held: only those are sent, whole, not a snapshot.
+    first = again.messages[0]
+    assert first["t"] == "delta" and first["reset"] == [f"s/{NS}/rst"], first
+    assert set(first["set"]) == {f"s/{NS}/rst", f"e/{NS}/rst/r1", f"e/{NS}/rst/r2"}
     await again.close()
 
 

@@ -253,3 +253,52 @@ def test_a_catch_up_is_encoded_once_for_every_subscriber_at_the_same_version() -
     state.apply([Ch(12, "Service", "A", "s3", "ns", "new", service("new"))])
     again = state.catch_up("all", 10)
     assert again is not first and again is not None and protocol.decode(again)["v"] == 12
+
+
+def test_a_catch_up_from_the_log_resets_the_services_that_changed() -> None:
+    old = loaded()
+    r = replica_of(old)
+    # A replica started later: no history, but the log says "web" changed since version 10.
+    state = DiscoveryState()
+    state.load(
+        20,
+        [
+            Ch(5, "Service", "A", "s1", "ns", "web", service("web")),
+            Ch(
+                15,
+                "EndpointSlice",
+                "A",
+                "sl1",
+                "ns",
+                "web-x",
+                eps("web", endpoint("b"), endpoint("c")),
+            ),
+            Ch(
+                7,
+                "Service",
+                "A",
+                "s2",
+                "ns",
+                "edge",
+                service("edge", "LoadBalancer", "127.100.0.2"),
+            ),
+        ],
+    )
+    assert state.catch_up("all", 10) is None
+    frame = state.catch_up_services("all", 10, {"s/ns/web"}, upto=20)
+    assert frame is not None and state.catch_up("all", 10) is frame  # kept for the next ones
+    message = protocol.decode(frame)
+    assert message["reset"] == ["s/ns/web"] and len(frame) < 1000
+    applied = r.apply(message)
+    assert "e/ns/web/a" in applied.changed
+    assert r.resources == state.view("all") and r.version == 20
+
+
+def test_a_catch_up_from_the_log_adds_what_the_history_saw_after_it() -> None:
+    state = loaded()
+    state.apply([Ch(11, "Service", "D", "s2", "ns", "edge", service("edge"))])
+    frame = state.catch_up_services("all", 3, set(), upto=10)
+    assert frame is not None
+    message = protocol.decode(frame)
+    assert message["del"] == ["s/ns/edge"] and message["reset"] == ["s/ns/edge"]
+    assert state.catch_up_services("all", 3, set(), upto=5) is None  # the history starts at 10

@@ -144,10 +144,22 @@ def snapshot(version: int, nonce: int, resources: Resources) -> bytes:
     return encode({"t": "snapshot", "v": version, "nonce": nonce, "resources": resources})
 
 
-def delta(version: int, since: int, nonce: int, changed: Resources, removed: list[str]) -> bytes:
-    return encode(
-        {"t": "delta", "v": version, "from": since, "nonce": nonce, "set": changed, "del": removed}
-    )
+def delta(
+    version: int,
+    since: int,
+    nonce: int,
+    changed: Resources,
+    removed: list[str],
+    reset: list[str] | None = None,
+) -> bytes:
+    """A delta; ``reset`` names services whose endpoints the subscriber drops before it
+    applies ``set`` (a catch-up that knows which services changed, not which endpoints)."""
+    message: dict[str, Any] = {
+        "t": "delta", "v": version, "from": since, "nonce": nonce, "set": changed, "del": removed
+    }  # fmt: skip
+    if reset:
+        message["reset"] = reset
+    return encode(message)
 
 
 def ping(version: int) -> bytes:
@@ -230,11 +242,23 @@ class Replica:
                 return Applied(nack(self.version, nonce, gap))
             changed_values = message.get("set") or {}
             removed = message.get("del") or []
-            if not isinstance(changed_values, dict) or not isinstance(removed, list):
+            reset = message.get("reset") or []
+            if not all(isinstance(x, list) for x in (removed, reset)) or not isinstance(
+                changed_values, dict
+            ):
                 return Applied(nack(self.version, nonce, "set must be an object, del a list"))
+            dropped = self._endpoints_of(reset)
+            for key in dropped:
+                self.resources.pop(key, None)
             self.resources.update(changed_values)
             for key in removed:
                 self.resources.pop(key, None)
             self.version = version
-            return Applied(ack(version, nonce), set(changed_values) | set(removed))
+            return Applied(ack(version, nonce), {*changed_values, *removed, *dropped})
         return Applied(nack(self.version, nonce, f"unknown message type {kind!r}"))
+
+    def _endpoints_of(self, services: list[str]) -> list[str]:
+        prefixes = tuple(
+            f"{ENDPOINT}/{s.split('/', 1)[1]}/" for s in services if isinstance(s, str) and "/" in s
+        )
+        return [k for k in self.resources if prefixes and k.startswith(prefixes)]

@@ -220,6 +220,38 @@ class DiscoveryState:
         self._catch_ups[(scope, since)] = (self.version, frame)
         return frame
 
+    def catch_up_services(
+        self, scope: str, since: int, services: set[str], upto: int
+    ) -> bytes | None:
+        """One delta from ``since`` when the history does not reach back but the revision log
+        says which ``services`` changed in (``since``, ``upto``]: each is reset and sent whole,
+        with what the history adds after ``upto``. None if even that is not enough."""
+        if since > self.version or upto > self.version:
+            return None
+        services = set(services)
+        if upto < self.version:
+            if not self._history or self._history[0].since > upto:
+                return None
+            for step in reversed(self._history):
+                if step.version <= upto:
+                    break
+                services |= {protocol.service_of(k) for k in step.keys}
+        changed: Resources = {}
+        removed: list[str] = []
+        for service in sorted(services):
+            value = self.resources.get(service)
+            if value is None or not self.in_scope(scope, service):
+                removed.append(service)
+                continue
+            changed[service] = value
+            for key in self._by_service.get(service, ()):
+                changed[key] = self.resources[key]
+        frame = protocol.delta(
+            self.version, since, self._next_nonce(), changed, removed, sorted(services)
+        )
+        self._catch_ups[(scope, since)] = (self.version, frame)
+        return frame
+
     def _delta(self, scope: str, keys: Iterable[str], since: int, version: int) -> bytes:
         changed: Resources = {}
         removed: list[str] = []
