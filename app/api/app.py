@@ -24,6 +24,7 @@ from app.api.logs import HANDLERS as LOG_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
 from app.api.service import Objects
+from app.api.subscribers import HANDLERS as SUBSCRIBER_HANDLERS
 from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
 from app.core import collector, errors
@@ -125,6 +126,7 @@ def create_litestar() -> Litestar:
             *EVICTION_HANDLERS,
             *USAGE_HANDLERS,
             *LOG_HANDLERS,
+            *SUBSCRIBER_HANDLERS,
         ],
         lifespan=[lifespan, usage_lifespan],
         exception_handlers={

@@ -367,6 +367,7 @@ class Stack:
         env.setdefault("QM_USAGE_REDIS_URL", broker_url)  # the usage store (ADR 0020)
         # The secret the API server shows the agents' log servers (ADR 0019); one per run.
         env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
+        env.setdefault("QM_DISCOVERY_HTTP", DISCOVERY_HTTP)  # the API lists their subscribers
 
         say("applying migrations (alembic upgrade head)")
         migrate = subprocess.run(

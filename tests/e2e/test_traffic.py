@@ -316,6 +316,25 @@ def test_names_resolve_to_the_virtual_ip(stack: Stack) -> None:
     assert stack.inside("b", sys.executable, "-c", query).strip() == vip
 
 
+def test_every_proxy_acknowledges_what_discovery_sends_and_the_api_shows_it(stack: Stack) -> None:
+    url = f"http://127.0.0.1:{stack.port}/apis/discovery.quaymaster.io/v1/subscribers"
+    want = {"local-a", "local-b", "local-c", "edge-127.0.0.200"}
+
+    def current() -> bool:
+        got = httpx.get(url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
+        got.raise_for_status()
+        body = got.json()
+        versions = {r["url"]: r.get("version") for r in body["replicas"]}
+        assert len(versions) == 2 and None not in versions.values(), body["replicas"]
+        items = {i["metadata"]["name"]: i for i in body["items"]}
+        return set(items) == want and all(
+            i["ackedVersion"] == versions[i["replica"]] and i["lagVersions"] == 0
+            for i in items.values()
+        )
+
+    wait(current, 30, "every subscriber current")
+
+
 def test_connections_spread_over_ready_pods_and_prefer_the_callers_zone(stack: Stack) -> None:
     echo, pair = _by_node(stack, "echo"), _by_node(stack, "pair")
     # From zone-a: echo has a pod there, and only it is used.

@@ -295,3 +295,21 @@ async def test_hostile_subscribers_are_closed_with_a_reason(discovery: Discovery
     writer.close()
     # The replica still serves.
     assert httpx.get(discovery.http + "/healthz", timeout=2).status_code == 200
+
+
+async def test_the_api_lists_every_replicas_subscribers_and_names_one_that_is_away(
+    discovery: Discovery,
+) -> None:
+    from app.api.subscribers import gather
+
+    sub = Sub(discovery.port, "listed")
+    await sub.start()
+    await sub.until(lambda: sub.replica.version > 0 or len(sub.messages) > 0)
+    away = f"http://127.0.0.1:{free_port()}"
+    body = await gather([discovery.http, away])
+    assert [i["metadata"]["name"] for i in body["items"]] == ["listed"]
+    assert body["items"][0]["replica"] == discovery.http
+    replicas = {r["url"]: r for r in body["replicas"]}
+    assert replicas[discovery.http]["subscribers"] == 1
+    assert "ConnectError" in replicas[away]["error"]
+    await sub.close()
