@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import re
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -326,6 +327,116 @@ async def test_a_terminating_endpoint_keeps_its_connection_but_gets_no_new_ones(
     v = await fake.publish({}, ("e/ns/web/b",))  # only the terminating one left
     await until(lambda: fake.acked(v))
     assert await who(port) == "a"
+    await fake.stop()
+
+
+class Resetter:
+    """Reads one line, then resets the connection (SO_LINGER 0, close)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self) -> Resetter:
+        self.server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+
+class Echo:
+    """Sends back every byte it reads, waiting for its writes to drain; half-closes at EOF."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self) -> Echo:
+        self.server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.write_eof()
+        await writer.drain()
+        writer.close()
+
+
+async def test_a_reset_on_one_side_is_a_reset_on_the_other(run_proxy: Runner) -> None:
+    port = free_port(VIP)
+    r = await Resetter("127.0.0.21").start()
+    e = {"a": r.host, "z": "zone-a", "n": "n", "r": True, "s": True, "t": False,
+         "p": {"http": r.port}}  # fmt: skip
+    fake = await FakeDiscovery({"s/ns/web": service(port), "e/ns/web/r": e}).start()
+    proxy = await run_proxy([fake.port])
+    await listening(proxy)
+    reader, writer = await asyncio.open_connection(VIP, port)
+    writer.write(b"hi\n")
+    with pytest.raises(ConnectionResetError):  # not a clean EOF: the client can tell
+        await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    await until(lambda: proxy.metrics.active.value == 0, what="the connection forgotten")
+    assert r.server is not None
+    r.server.close()
+    await fake.stop()
+
+
+async def test_bulk_both_ways_through_flow_control(run_proxy: Runner) -> None:
+    """8 MiB each way with both directions open at once: the proxy's buffers fill, it pauses
+    the reading side and resumes it, and every byte arrives in order."""
+    port = free_port(VIP)
+    echo = await Echo("127.0.0.21").start()
+    e = {"a": echo.host, "z": "zone-a", "n": "n", "r": True, "s": True, "t": False,
+         "p": {"http": echo.port}}  # fmt: skip
+    fake = await FakeDiscovery({"s/ns/web": service(port), "e/ns/web/e": e}).start()
+    proxy = await run_proxy([fake.port])
+    await listening(proxy)
+    payload = bytes(range(256)) * (8 * 4096)
+    reader, writer = await asyncio.open_connection(VIP, port)
+
+    async def send() -> None:
+        for i in range(0, len(payload), 100_000):
+            writer.write(payload[i : i + 100_000])
+            await writer.drain()
+        writer.write_eof()
+
+    sender = asyncio.ensure_future(send())
+    received = await asyncio.wait_for(reader.read(), 30)  # read() returns at the echo's EOF
+    await sender
+    writer.close()
+    assert len(received) == len(payload) and received == payload
+    await until(lambda: proxy.metrics.active.value == 0, what="the connection closed")
+    assert echo.server is not None
+    echo.server.close()
+    await fake.stop()
+
+
+async def test_stopping_the_proxy_resets_its_connections(
+    backends: Callable[..., Awaitable[Backend]], run_proxy: Runner
+) -> None:
+    port = free_port(VIP)
+    a = await backends("a", "127.0.0.21")
+    fake = await FakeDiscovery({"s/ns/web": service(port), "e/ns/web/a": endpoint(a)}).start()
+    proxy = await run_proxy([fake.port])
+    await listening(proxy)
+    reader, writer = await asyncio.open_connection(VIP, port)
+    writer.write(b"one\n")
+    assert await asyncio.wait_for(reader.readline(), 5) == b"a:one\n"
+    assert proxy.metrics.active.value == 1
+    await run_proxy.stop(proxy)
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(reader.read(), 5)
+    writer.close()
     await fake.stop()
 
 
