@@ -86,4 +86,5 @@ bench: install
 	$(BIN)/python -m bench.agents.run --usage-every 0
 	$(BIN)/python -m bench.agents.run
 	$(BIN)/python -m bench.agents.renew_cost
+	$(BIN)/python -m bench.controllers.endpointslice
 	$(BIN)/python -m bench.discovery.run
