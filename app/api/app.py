@@ -30,6 +30,7 @@ from app.api.usage import usage_lifespan
 from app.core import collector, errors
 from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
+from app.store.service_range import apply_range
 from app.store.store import Store
 from app.store.tokens import ensure_token
 from app.stream.cache import WatchCache
@@ -49,6 +50,9 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     token = os.environ.get("QM_BOOTSTRAP_TOKEN")
     if token:
         await ensure_token(pool, token)
+    service_cidr = os.environ.get("QM_SERVICE_CIDR")
+    if service_cidr and await apply_range(pool, service_cidr):
+        log.warning("the services' virtual IP range is now %s", service_cidr)
     cache = WatchCache(
         window=int(os.environ.get("QM_WATCH_WINDOW", "100000")),
         window_bytes=int(os.environ.get("QM_WATCH_WINDOW_MB", "256")) * 2**20,

@@ -432,3 +432,22 @@ def test_downgrade_and_upgrade_with_services_in_place(make_database: Callable[[s
     assert ipaddress.ip_address(str(rows["plain"])) in RANGE
     assert rows["headless"] == "None" and rows["ext"] is None
     assert held == {"before": before_ip, "named": "127.100.77.7", "plain": rows["plain"]}
+
+
+async def test_qm_service_cidr_sets_the_range_and_a_bad_one_is_refused(
+    store: Store, pool: asyncpg.Pool
+) -> None:
+    from app.store.service_range import apply_range
+
+    for bad in ("banana", "127.100.0.1/16", "10.0.0.0/31", "fd00::/64", "10.0.0.0/7"):
+        with pytest.raises(ValueError, match="QM_SERVICE_CIDR"):
+            await apply_range(pool, bad)
+    try:
+        assert await apply_range(pool, "127.101.0.0/24") is True
+        assert await apply_range(pool, "127.101.0.0/24") is False  # every API server, once
+        stored = await store.create(SVC, service(unique("ranged")))
+        assert ipaddress.ip_address(stored.row["spec"]["clusterIP"]) in ipaddress.ip_network(
+            "127.101.0.0/24"
+        )
+    finally:
+        await apply_range(pool, str(RANGE))
