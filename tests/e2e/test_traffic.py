@@ -105,20 +105,18 @@ class Stack:
             )
             assert done.returncode == 0, done.stderr
 
-    def pods(self, app: str) -> list[dict[str, Any]]:
+    def items(self, plural: str, selector: str) -> list[dict[str, Any]]:
         with self.api() as api:
-            got = api.get(f"/namespaces/{NS}/pods", params={"labelSelector": f"app={app}"})
+            got = api.get(f"/namespaces/{NS}/{plural}", params={"labelSelector": selector})
         got.raise_for_status()
         return list(got.json()["items"])
 
+    def pods(self, app: str) -> list[dict[str, Any]]:
+        return self.items("pods", f"app={app}")
+
     def endpoints(self, service: str) -> list[dict[str, Any]]:
-        with self.api() as api:
-            got = api.get(
-                f"/namespaces/{NS}/endpointslices",
-                params={"labelSelector": f"kubernetes.io/service-name={service}"},
-            )
-        got.raise_for_status()
-        return [ep for s in got.json()["items"] for ep in s.get("endpoints") or []]
+        slices = self.items("endpointslices", f"kubernetes.io/service-name={service}")
+        return [ep for s in slices for ep in s.get("endpoints") or []]
 
     def vip(self, service: str) -> str:
         with self.api() as api:
