@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import secrets
 import socket
@@ -23,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from pod_api import FakeApi
 
 from agent.api import NAMESPACE, AgentApi
 from agent.backoff import CrashLoopBackoff
@@ -106,32 +106,9 @@ def dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-class Api:
-    def __init__(self, pod: Obj) -> None:
-        self.pod = copy.deepcopy(pod)
-        self.deleted = 0
-
-    async def get(self, namespace: str, name: str) -> Obj:
-        return copy.deepcopy(self.pod)
-
-    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
-        return None
-
-    async def list_services(self, namespace: str) -> list[Obj]:
-        return []
-
-    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
-        self.pod["status"] = copy.deepcopy(new_status)
-        self.pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
-        return copy.deepcopy(self.pod)
-
-    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
-        self.deleted += 1
-
-
 async def stop_deleted_pod(
     tmp_path: Path, urls: list[str], *, grace: float, drain_max: float
-) -> tuple[float, float, Api]:
+) -> tuple[float, float, FakeApi]:
     """Start the pod, delete it; (when the stop began, when SIGTERM arrived, the API)."""
     body: Obj = {
         "metadata": {
@@ -148,7 +125,7 @@ async def stop_deleted_pod(
         "status": {},
     }
     runtime = ProcessRuntime(tmp_path / "pods", None)
-    api = Api(body)
+    api = FakeApi(body)
     worker = PodWorker(body, runtime, api, CrashLoopBackoff(), drainer=Drainer(urls, drain_max))
     try:
         await worker.step()
@@ -160,7 +137,7 @@ async def stop_deleted_pod(
         worker.request_stop(confirm=True, grace=grace)
         began = time.monotonic()
         await worker.step()
-        assert worker.finished and api.deleted == 1
+        assert worker.finished and len(api.deletes) == 1
         return began, float((tmp_path / "term").read_text()), api
     finally:
         await runtime.cleanup("u-drain")

@@ -5,10 +5,10 @@ the grace period."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
+from pod_api import FakeApi
 
 from agent.backoff import CrashLoopBackoff
 from agent.config import parse
@@ -215,29 +215,6 @@ class GraceRuntime(SimRuntime):
         return await super().stop(pod_uid, name, grace_seconds)
 
 
-class Api:
-    def __init__(self, pod: Obj) -> None:
-        self.pod = copy.deepcopy(pod)
-        self.deleted = 0
-
-    async def get(self, namespace: str, name: str) -> Obj:
-        return copy.deepcopy(self.pod)
-
-    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
-        return None
-
-    async def list_services(self, namespace: str) -> list[Obj]:
-        return []
-
-    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
-        self.pod["status"] = copy.deepcopy(new_status)
-        self.pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
-        return copy.deepcopy(self.pod)
-
-    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
-        self.deleted += 1
-
-
 async def started_worker(fake: FakeReplicas) -> tuple[PodWorker, GraceRuntime]:
     body: Obj = {
         "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "1"},
@@ -248,7 +225,7 @@ async def started_worker(fake: FakeReplicas) -> tuple[PodWorker, GraceRuntime]:
     worker = PodWorker(
         body,
         runtime,
-        Api(body),
+        FakeApi(body),
         CrashLoopBackoff(),
         clocks=Clocks(fake.clock, fake.clock),
         drainer=fake.drainer(),
@@ -297,7 +274,7 @@ async def test_a_pod_that_never_ran_here_is_not_waited_for() -> None:
     worker = PodWorker(
         body,
         GraceRuntime(),
-        Api(body),
+        FakeApi(body),
         CrashLoopBackoff(),
         clocks=Clocks(fake.clock, fake.clock),
         drainer=fake.drainer(),

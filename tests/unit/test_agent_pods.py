@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
+from pod_api import FakeApi
 
-from agent.api import Unreachable
 from agent.backoff import CrashLoopBackoff
 from agent.config import ConfigError, container_spec, grace_seconds, parse
 from agent.loop import Agent
@@ -22,7 +22,6 @@ from agent.probe_exec import ProbeContext
 from agent.probes import Action, ExecAction, Outcome, ProbeResult
 from agent.runtime import Running, Terminated
 from agent.runtime.sim import SimRuntime
-from app.core.errors import Conflict, NotFound
 
 T0 = 1_800_000_000.0
 Obj = dict[str, Any]
@@ -37,60 +36,6 @@ class Clock:
 
     def utc(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.now, dt.UTC)
-
-
-class FakeApi:
-    """One pod's API: conditional status writes, deletion confirmations, an on/off switch."""
-
-    def __init__(self, pod: Obj) -> None:
-        self.pod = copy.deepcopy(pod)
-        self.statuses: list[Obj] = []
-        self.deletes: list[tuple[str, str, str]] = []
-        self.down = False
-        self.sources: dict[tuple[str, str], Obj] = {}
-        self.services: list[Obj] = []
-
-    def _check(self) -> None:
-        if self.down:
-            raise Unreachable("connection refused")
-
-    async def get(self, namespace: str, name: str) -> Obj:
-        self._check()
-        return copy.deepcopy(self.pod)
-
-    async def write_status(self, pod: Obj, new_status: Obj) -> Obj:
-        self._check()
-        rv = self.pod["metadata"]["resourceVersion"]
-        if pod["metadata"]["resourceVersion"] != rv:
-            raise Conflict("stale")
-        self.statuses.append(copy.deepcopy(new_status))
-        self.pod["status"] = copy.deepcopy(new_status)
-        self.pod["metadata"]["resourceVersion"] = str(int(rv) + 1)
-        return copy.deepcopy(self.pod)
-
-    async def get_source(self, kind: str, namespace: str, name: str) -> Obj | None:
-        self._check()
-        return copy.deepcopy(self.sources.get((kind, name)))
-
-    async def list_services(self, namespace: str) -> list[Obj]:
-        self._check()
-        return copy.deepcopy(self.services)
-
-    async def confirm_deleted(self, namespace: str, name: str, uid: str) -> None:
-        self._check()
-        if uid != self.pod["metadata"]["uid"]:
-            raise NotFound("gone")
-        self.deletes.append((namespace, name, uid))
-
-    @property
-    def phases(self) -> list[str]:
-        return [s["phase"] for s in self.statuses]
-
-    def ready(self) -> list[str]:
-        return [
-            next(c["status"] for c in s["conditions"] if c["type"] == "Ready")
-            for s in self.statuses
-        ]
 
 
 def make_pod(policy: str = "Always", at_most_one: bool = False, **container: Any) -> Obj:
