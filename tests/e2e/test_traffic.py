@@ -36,7 +36,7 @@ class Stack:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.port = free_port()
-        self.plan = network.NetworkPlan(tag=f"x{os.getpid() % 10**6}")
+        self.plan = network.NetworkPlan(tag=f"w{os.getpid() % 10**7}")
         self.config = tmp / "qm.yaml"
         env = {
             k: v

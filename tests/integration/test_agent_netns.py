@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import capability
+import local_network
 import pytest
 
 from agent import netns
@@ -28,7 +29,6 @@ from agent.probes import ExecAction, HttpGetAction, Outcome, TcpAction
 from agent.runtime.base import ContainerSpec, Running
 from agent.runtime.cgroups import Cgroups, CgroupsUnavailable, detect
 from agent.runtime.process import ProcessRuntime, container_cgroup
-from app.devstack import network
 from app.devstack.network import NetworkPlan
 
 PORT = 8000
@@ -36,16 +36,8 @@ PORT = 8000
 
 @pytest.fixture(scope="module")
 def plan() -> Iterator[NetworkPlan]:
-    why_not = network.available()
-    if why_not is not None:
-        capability.missing(f"network namespaces: {why_not}")
-    built = NetworkPlan(tag=f"p{os.getpid() % 10**7}")
-    network.setup(built)
-    try:
+    with local_network.built("p") as built:
         yield built
-    finally:
-        network.teardown(built)
-        assert not any(network.present(built).values()), network.present(built)
 
 
 def _inode(name: str) -> int:

@@ -9,17 +9,15 @@ of this run's pid, removed afterwards.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 
-import capability
+import local_network
 import pytest
 from dnslib import DNSRecord
 from test_proxy import VIP, Backend, FakeDiscovery, Runner, endpoint, run_proxy, service, until
 
 from agent import netns
-from app.devstack import network
 from app.devstack.network import NetworkPlan
 
 __all__ = ["run_proxy"]  # the fixture, shared with test_proxy.py
@@ -28,16 +26,8 @@ PORT = 8080
 
 @pytest.fixture(scope="module")
 def plan() -> Iterator[NetworkPlan]:
-    why_not = network.available()
-    if why_not is not None:
-        capability.missing(f"network namespaces: {why_not}")
-    built = NetworkPlan(tag=f"x{os.getpid() % 10**7}")
-    network.setup(built)
-    try:
+    with local_network.built("x") as built:
         yield built
-    finally:
-        network.teardown(built)
-        assert not any(network.present(built).values()), network.present(built)
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import secrets
 import subprocess
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import capability
+import local_network
 import pytest
 from agents import make_agent, running
 from test_agent_runc import BUSYBOX, IMAGE, assert_nothing_left, cgroups, make_busybox_image
@@ -50,9 +50,8 @@ from agent.runtime.cgroups import Cgroups
 from agent.runtime.runc import RuncRuntime
 from app.core.kinds import BY_KIND
 from app.core.traffic import protocol
-from app.devstack import network
 from app.devstack.apiserver import ApiServer
-from app.devstack.network import NetworkPlan, NodeNetwork
+from app.devstack.network import NodeNetwork
 
 __all__ = ["cgroups"]  # the fixture, shared with test_agent_runc.py
 
@@ -65,16 +64,8 @@ VERSION = 7  # the one version the fake discovery replica serves
 
 @pytest.fixture(scope="module")
 def node_net() -> Iterator[NodeNetwork]:
-    why_not = network.available()
-    if why_not is not None:
-        capability.missing(f"network namespaces: {why_not}")
-    plan = NetworkPlan(tag=f"s{os.getpid() % 10**7}", zones=("a",))
-    network.setup(plan)
-    try:
+    with local_network.built("s", zones=("a",)) as plan:
         yield plan.node("a")
-    finally:
-        network.teardown(plan)
-        assert not any(network.present(plan).values()), network.present(plan)
 
 
 @pytest.fixture
