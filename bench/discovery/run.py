@@ -20,7 +20,9 @@ Measured, for each subscriber count:
 4. (last count only) ``--runs`` restarts of the replica (SIGTERM, start): with nothing changed
    while it was down, and with one endpoint changed while it was down;
 
-and then 5. the node proxy (``python -m agent.proxy``, host mode): ``bench.discovery.proxy``.
+and then 5. the node proxy (``python -m agent.proxy``, host mode): ``bench.discovery.proxy``;
+6. a pod's Ready flip -> every subscriber holds it, through the EndpointSlice controller (a
+   Celery worker and the dispatcher): ``bench.discovery.pod_freshness``.
 Writes ``bench/results/discovery-<stamp>.json`` through ``bench.common.write_result``, every
 finished measurement included even when a later one fails, and prints a short table.
 """
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.stream.revisioner import streaming
 from bench.common import Stack, median, write_result
-from bench.discovery import measure, proxy
+from bench.discovery import measure, pod_freshness, proxy
 from bench.discovery.dataset import Dataset
 from bench.discovery.harness import Replica, Workers
 from bench.scheduler.run import Procs, wait_for
@@ -70,7 +72,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=10.0, help="seconds per rate")
     p.add_argument("--max-lag", type=float, default=1.0, help="seconds a subscriber may lag")
     p.add_argument("--proxy-seconds", type=float, default=5.0)
-    p.add_argument("--skip", default="", help="comma list of latency,rate,restart,proxy")
+    p.add_argument(
+        "--fresh-changes",
+        type=int,
+        default=20,
+        help="freshness: pod changes to distinct slices per run, 1-2 s apart",
+    )
+    p.add_argument(
+        "--fresh-bursts",
+        type=int,
+        default=5,
+        help="freshness: bursts of 3 changes to one slice 0.3 s apart per run",
+    )
+    p.add_argument("--skip", default="", help="comma list of latency,rate,restart,proxy,freshness")
     p.add_argument("--seed", type=int, default=1)
     return p.parse_args(argv)
 
@@ -179,6 +193,11 @@ async def bench(args: argparse.Namespace, stack: Stack, procs: Procs, logdir: Pa
     if "proxy" not in skip:
         out["stage"] = "proxy"
         out["proxy"] = await proxy.measure(db, replica.port, procs, logdir, args.proxy_seconds)
+    if "freshness" not in skip:
+        out["stage"] = "freshness"
+        out["freshness"] = {}
+        await pod_freshness.measure(stack.url, Path(stack.tmp), procs, logdir, replica.port,
+                                    counts, args, out["freshness"])  # fmt: skip
     await db.close()
     out["stage"] = "done"
 
@@ -218,6 +237,7 @@ def table(out: dict[str, Any]) -> None:
                 f"proxy {mode:15} rps vip/direct, p99 ratio      {m['vip_rps']}/"
                 f"{m['direct_rps']} ({m['rps_ratio']}), {m['p99_ratio']}"
             )
+    pod_freshness.table(out.get("freshness"))
 
 
 def main(argv: list[str] | None = None) -> None:
