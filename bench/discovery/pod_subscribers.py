@@ -21,16 +21,12 @@ notes, and clears the watches), ``close``.
 from __future__ import annotations
 
 import asyncio
-import json
-import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvloop
-
 from app.core.traffic.protocol import Applied, Replica
+from bench.discovery import subscribers
 from bench.discovery.subscribers import DIAL_CONCURRENCY, Pool, Sub
 
 
@@ -109,27 +105,8 @@ class WatchPool(Pool):
         return {"notes": notes}
 
 
-async def serve() -> None:
-    pool = WatchPool()
-    reader = asyncio.StreamReader(limit=2**24)
-    await pool.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while line := await reader.readline():
-        cmd = json.loads(line)
-        name = cmd.pop("cmd")
-        answer = getattr(pool, name)(**cmd)
-        if asyncio.iscoroutine(answer):
-            answer = await answer
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-        if name == "close":
-            await asyncio.sleep(0.5)
-            return
-
-
 def main() -> None:
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    uvloop.run(serve())
+    subscribers.main(WatchPool)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import resource
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import uvloop
@@ -233,8 +234,9 @@ class Pool:
         return {"closed": len(self.subs)}
 
 
-async def serve() -> None:
-    pool = Pool()
+async def serve(make_pool: Callable[[], Pool] = Pool) -> None:
+    """Answer the benchmark's commands (one JSON line each on stdin) with ``make_pool()``'s."""
+    pool = make_pool()
     reader = asyncio.StreamReader(limit=2**24)
     await pool.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := await reader.readline():
@@ -250,10 +252,10 @@ async def serve() -> None:
             return
 
 
-def main() -> None:
+def main(make_pool: Callable[[], Pool] = Pool) -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    uvloop.run(serve())
+    uvloop.run(serve(make_pool))
 
 
 if __name__ == "__main__":
