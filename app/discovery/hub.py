@@ -156,7 +156,6 @@ class Hub:
         self.state = DiscoveryState()
         self.loaded = False
         self.subscribers: dict[str, Subscriber] = {}
-        self._waiting: list[Subscriber] = []  # subscribed before the state was loaded
         self._snapshots: dict[str, tuple[int, bytes]] = {}
         self._step_at: OrderedDict[int, float] = OrderedDict()
         self.changed = asyncio.Event()
@@ -168,7 +167,6 @@ class Hub:
         self.loaded = True
         self._snapshots.clear()
         self._lookups.clear()
-        self._waiting = []  # each is in ``subscribers`` too
         for sub in self.subscribers.values():
             self._send_from(sub, sub.sent)
         metrics.VERSION.set(version)
@@ -215,16 +213,12 @@ class Hub:
         sub.acked = sub.sent = sub.sub.version
         metrics.SUBSCRIBERS.set(len(self.subscribers))
         metrics.CONNECTS.inc()
-        if not self.loaded:
-            self._waiting.append(sub)
-            return
-        self._send_from(sub, sub.sub.version)
+        if self.loaded:  # otherwise ``load`` brings it up to date
+            self._send_from(sub, sub.sub.version)
 
     def remove(self, sub: Subscriber) -> None:
         if self.subscribers.get(sub.ident) is sub:
             del self.subscribers[sub.ident]
-        if sub in self._waiting:
-            self._waiting.remove(sub)
         metrics.SUBSCRIBERS.set(len(self.subscribers))
         self._wake()
 

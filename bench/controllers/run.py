@@ -51,8 +51,10 @@ def _env(url: str, broker: str) -> dict[str, str]:
     }
 
 
-def _worker(procs: Procs, env: dict[str, str], log: Path, concurrency: int, pool: str = "prefork"
-            ) -> Any:  # fmt: skip
+def start_worker(
+    procs: Procs, env: dict[str, str], log: Path, concurrency: int, pool: str = "prefork"
+) -> Any:
+    """A Celery worker of the controllers (the benchmarks' own, without gossip or mingle)."""
     return procs.start(
         [
             "-m",
@@ -279,7 +281,7 @@ def main() -> None:
             )
             if args.profile == "deployment" and args.nodes:
                 _nodes(db, args.nodes)
-        _worker(procs, env, logdir / "worker.log", 1, args.pool)
+        start_worker(procs, env, logdir / "worker.log", 1, args.pool)
         if args.profile == "deployment":
             os.environ.update(env)
             stack.start_api()

@@ -44,6 +44,7 @@ from app.core.controllers.endpointslice import LAST_WRITE
 from app.core.traffic.protocol import endpoint_key
 from app.devstack.redis import EmbeddedRedis
 from bench.common import ROOT, median, percentile
+from bench.controllers.run import start_worker
 from bench.discovery.dataset import NS as DATASET_NS
 from bench.discovery.harness import Worker, Workers
 from bench.scheduler.run import Procs, wait_for
@@ -145,21 +146,7 @@ class Controllers:
             "QM_CONTROLLERS": "Service",
             "PYTHONUNBUFFERED": "1",
         }
-        self.worker = procs.start(
-            [
-                "-m",
-                "celery",
-                "-A",
-                "workers.app",
-                "worker",
-                "--loglevel=WARNING",
-                "--concurrency=2",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            self.env,
-            logdir / "celery.log",
-        )
+        self.worker = start_worker(procs, self.env, logdir / "celery.log", 2)
         self.dispatcher = procs.start(
             ["-m", "workers.dispatch"], self.env, logdir / "dispatcher.log"
         )

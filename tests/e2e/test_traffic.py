@@ -133,40 +133,17 @@ class Stack:
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
-    def load(self, zone: str, host: str, rate: float, seconds: float) -> dict[str, Any]:
-        out = self.inside(
-            zone,
-            sys.executable,
-            CLIENT,
-            host,
-            "80",
-            "--rate",
-            str(rate),
-            "--seconds",
-            str(seconds),
-            timeout=seconds + 60,
-        )
-        return dict(json.loads(out.strip().splitlines()[-1]))
-
     def start_load(
         self, zone: str, host: str, rate: float, seconds: float
     ) -> subprocess.Popen[str]:
+        """The load client inside the zone's namespace, sending for ``seconds``."""
         ns = self.plan.node(zone).namespace
-        argv = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            sys.executable,
-            CLIENT,
-            host,
-            "80",
-            "--rate",
-            str(rate),
-            "--seconds",
-            str(seconds),
-        ]
+        argv = ["ip", "netns", "exec", ns, sys.executable, CLIENT, host, "80",
+                "--rate", str(rate), "--seconds", str(seconds)]  # fmt: skip
         return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+
+    def load(self, zone: str, host: str, rate: float, seconds: float) -> dict[str, Any]:
+        return finish(self.start_load(zone, host, rate, seconds), seconds + 60)
 
     def poke(self, pod: dict[str, Any], path: str) -> None:
         """GET ``path`` on the pod itself, from its node's namespace."""
@@ -175,6 +152,13 @@ class Stack:
         url = f"http://{pod['status']['podIP']}:{port}{path}"
         fetch = f"import urllib.request as u; u.urlopen({url!r}, timeout=5).read()"
         self.inside(zone, sys.executable, "-c", fetch)
+
+
+def finish(client: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """What the load client counted (its last line)."""
+    out, _ = client.communicate(timeout=timeout)
+    assert client.returncode == 0, out[-3000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:
@@ -428,8 +412,7 @@ def test_a_rolling_update_drops_no_request(stack: Stack) -> None:
             "the rollout to finish",
         )
     finally:
-        out, _ = load.communicate(timeout=150)
-    got = json.loads(out.strip().splitlines()[-1])
+        got = finish(load, 150)
     assert got["requests"] >= 9000 and got["failed"] == 0, got
     assert set(got["by_answer"]) & before and set(got["by_answer"]) - before, got
 
@@ -476,6 +459,5 @@ def test_traffic_flows_while_the_control_plane_is_frozen_for_a_minute(stack: Sta
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-    out, _ = load.communicate(timeout=120)
-    got = json.loads(out.strip().splitlines()[-1])
+    got = finish(load, 120)
     assert got["requests"] == 7000 and got["failed"] == 0, got

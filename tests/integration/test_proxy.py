@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from dnslib import QTYPE, RCODE, DNSRecord
@@ -330,18 +330,25 @@ async def test_a_terminating_endpoint_keeps_its_connection_but_gets_no_new_ones(
     await fake.stop()
 
 
-class Resetter:
-    """Reads one line, then resets the connection (SO_LINGER 0, close)."""
+class StreamBackend:
+    """A backend on ``host`` and a free port, serving each connection with ``_serve``."""
 
     def __init__(self, host: str) -> None:
         self.host = host
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
 
-    async def start(self) -> Resetter:
+    async def start(self) -> Self:
         self.server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Resetter(StreamBackend):
+    """Reads one line, then resets the connection (SO_LINGER 0, close)."""
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readline()
@@ -350,18 +357,8 @@ class Resetter:
         writer.transport.abort()
 
 
-class Echo:
+class Echo(StreamBackend):
     """Sends back every byte it reads, waiting for its writes to drain; half-closes at EOF."""
-
-    def __init__(self, host: str) -> None:
-        self.host = host
-        self.server: asyncio.base_events.Server | None = None
-        self.port = 0
-
-    async def start(self) -> Echo:
-        self.server = await asyncio.start_server(self._serve, self.host, 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
