@@ -1,0 +1,21 @@
+"""Principals: service accounts and revocable tokens.
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
