@@ -211,6 +211,15 @@ KINDS: tuple[Kind, ...] = (
             ("MESSAGE", "message"),
         ),
     ),
+    Kind(
+        "AdmissionPolicy",
+        "admissionpolicies",
+        "admissionpolicies",
+        namespaced=False,
+        short_names=("ap",),
+        has_status=False,
+        columns=(("MODE", "spec.mode"),),
+    ),
 )
 
 BY_PLURAL: dict[str, Kind] = {k.plural: k for k in KINDS}

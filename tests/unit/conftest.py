@@ -102,6 +102,10 @@ MANIFESTS: dict[str, dict[str, Any]] = {
         "reason": "Scheduled",
         "message": "assigned to node-1",
     },
+    "AdmissionPolicy": {
+        "metadata": _meta("baseline", namespaced=False),
+        "spec": {"mode": "Enforce", "rules": {"denyPrivileged": True, "maxPriority": 999}},
+    },
 }
 
 

@@ -34,6 +34,7 @@ from app.core.admission.misc import (
 )
 from app.core.admission.network import check_endpointslice, check_service
 from app.core.admission.pod import check_pod
+from app.core.admission.policy import check_admissionpolicy
 from app.core.admission.values import check_object
 from app.core.admission.workloads import (
     check_cronjob,
@@ -66,6 +67,7 @@ VALIDATORS: dict[str, Validator] = {
     "Node": check_node,
     "Lease": check_lease,
     "Namespace": check_namespace,
+    "AdmissionPolicy": check_admissionpolicy,
 }
 
 __all__ = ["DEFAULT_MAX_BYTES", "VALIDATORS", "admit"]
