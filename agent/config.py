@@ -26,6 +26,9 @@ need neither the process's arguments nor its environment.
 | agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
 | agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
 | agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
+| CA that signed the API server's certificate | ``--ca-file`` | ``QM_CA_FILE`` | the system's |
+| agent server cert (HTTPS) | ``--tls-cert-file`` | ``QM_AGENT_TLS_CERT_FILE`` | none (HTTP) |
+| agent server key | ``--tls-key-file`` | ``QM_AGENT_TLS_KEY_FILE`` | none |
 | log rotation size | ``--log-max-bytes`` | ``QM_AGENT_LOG_MAX_BYTES`` | 10 MiB |
 | rotated logs kept | ``--log-keep`` | ``QM_AGENT_LOG_KEEP`` | ``3`` |
 | usage sample interval (s) | ``--usage-interval`` | ``QM_AGENT_USAGE_INTERVAL`` | ``10`` |
@@ -96,6 +99,9 @@ class AgentConfig:
     drain_max: float = 10.0  # the longest wait for the proxies before SIGTERM (agent.drain)
     cluster_dns: str = ""  # the nameserver of runc pods' resolv.conf; "": none written
     cluster_domain: str = "cluster.local"
+    ca_file: str | None = None  # checks an https API server's certificate; None: system CAs
+    tls_cert_file: str | None = None  # with tls_key_file: the agent server serves HTTPS
+    tls_key_file: str | None = None
 
     @property
     def pods_ip(self) -> str:
@@ -145,6 +151,9 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--cluster-domain", default=env.get("QM_AGENT_CLUSTER_DOMAIN") or "cluster.local"
     )
+    p.add_argument("--ca-file", default=env.get("QM_CA_FILE") or None)
+    p.add_argument("--tls-cert-file", default=env.get("QM_AGENT_TLS_CERT_FILE") or None)
+    p.add_argument("--tls-key-file", default=env.get("QM_AGENT_TLS_KEY_FILE") or None)
     for flag, default in _EVICTION_FLAGS:
         var = "QM_AGENT_" + flag.removeprefix("--").replace("-", "_").upper()
         p.add_argument(flag, default=env.get(var) or default)
@@ -162,6 +171,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         raise ConfigError(f"runtime {args.runtime!r} is not one of {', '.join(RUNTIMES)}")
     if not args.server.startswith(("http://", "https://")):
         raise ConfigError(f"server {args.server!r} is not an http(s) URL")
+    if (args.tls_cert_file is None) != (args.tls_key_file is None):
+        raise ConfigError("--tls-cert-file and --tls-key-file go together")
     try:
         reserve = Reserve.from_env(dict(env))
     except ValueError as exc:
@@ -201,6 +212,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         drain_max=_seconds_setting("drain max", args.drain_max, 0.0, 3600.0),
         cluster_dns=_cluster_dns_setting(args.cluster_dns),
         cluster_domain=args.cluster_domain.strip().strip(".") or "cluster.local",
+        ca_file=args.ca_file,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
     )
 
 

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -324,9 +325,18 @@ class Agent:
         self.runtime.close()  # the agent's parent cgroups, once empty
 
 
+def server_tls(cfg: agent_config.AgentConfig) -> ssl.SSLContext | None:
+    """The agent server's TLS context from its certificate and key, if it has them."""
+    if not (cfg.tls_cert_file and cfg.tls_key_file):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+    return context
+
+
 def build(cfg: agent_config.AgentConfig) -> Agent:
     """The agent ``cfg`` describes, with its own clients for each thread."""
-    api = AgentApi(cfg.server, cfg.token)
+    api = AgentApi(cfg.server, cfg.token, ca_file=cfg.ca_file)
     machine = detect()
     node_cfg = NodeConfig(
         cfg.node_name,
@@ -371,8 +381,10 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         max_bytes=cfg.log_max_bytes,
         keep=cfg.log_keep,
     )
-    agent.server = AgentServer(logs, address=cfg.address, port=cfg.port, token=cfg.server_token)
-    usage_api = AgentApi(cfg.server, cfg.token, timeout=5.0)
+    agent.server = AgentServer(
+        logs, address=cfg.address, port=cfg.port, token=cfg.server_token, tls=server_tls(cfg)
+    )
+    usage_api = AgentApi(cfg.server, cfg.token, timeout=5.0, ca_file=cfg.ca_file)
     agent.usage = UsageCollector(
         runtime,
         cfg.node_name,

@@ -27,6 +27,7 @@ import hmac
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +101,10 @@ class AgentServer:
         port: int = DEFAULT_PORT,
         token: str | None = None,
         poll: float = FOLLOW_POLL,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.logs, self.address, self.port, self.token, self.poll = logs, address, port, token, poll
+        self.tls = tls  # with a server context, HTTPS only (ADR 0050)
         self._metrics: list[Callable[[], str]] = []
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
@@ -119,7 +122,9 @@ class AgentServer:
     async def start(self) -> int:
         """Listen; the real port (``port`` 0 picks a free one) is returned and kept. While
         the server runs, the logs it serves are kept rotated."""
-        self._server = await asyncio.start_server(self._accept, self.address, self.port)
+        self._server = await asyncio.start_server(
+            self._accept, self.address, self.port, ssl=self.tls
+        )
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("agent server listening on %s:%d", self.address, self.port)
         if self.logs is not None:

@@ -9,16 +9,18 @@ the response is a chunked stream that ends when the agent ends it (the run ended
 client goes away, which closes the connection to the agent too.
 
 The API server authenticates to agents with the shared secret ``QM_AGENT_SERVER_TOKEN`` from
-its environment (none: agents are called without credentials). Errors are ``kind: Status``:
-422 for malformed parameters, 404 for an unknown pod or container, 400 for a pod not bound yet
-or a run that is not there (``previous`` before any restart), 503 when the agent cannot be
-reached or refuses the API server.
+its environment (none: agents are called without credentials). With ``QM_AGENT_CA_FILE`` set,
+agents are called over HTTPS and their certificates checked against that CA (ADR 0050).
+Errors are ``kind: Status``: 422 for malformed parameters, 404 for an unknown pod or
+container, 400 for a pod not bound yet or a run that is not there (``previous`` before any
+restart), 503 when the agent cannot be reached or refuses the API server.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ from app.store.tokens import User
 POD = BY_KIND["Pod"]
 NODE = BY_KIND["Node"]
 TOKEN_ENV = "QM_AGENT_SERVER_TOKEN"
+AGENT_CA_ENV = "QM_AGENT_CA_FILE"
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 60.0
 _TRUE, _FALSE = ("true", "True", "1"), ("", "false", "False", "0")
@@ -106,7 +109,7 @@ def pick_container(pod: Obj, requested: str | None) -> str:
     return requested
 
 
-def agent_base_url(node: Obj) -> str:
+def agent_base_url(node: Obj, scheme: str = "http") -> str:
     """``http://host:port`` of the node's agent, from what the agent reported in its status."""
     status = node.get("status") or {}
     name = str((node.get("metadata") or {}).get("name"))
@@ -124,7 +127,7 @@ def agent_base_url(node: Obj) -> str:
             retry_after=5,
         )
     host = f"[{host}]" if ":" in str(host) else str(host)
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"
 
 
 def agent_error(code: int, body: bytes, node: str) -> errors.StatusError:
@@ -143,12 +146,17 @@ def agent_error(code: int, body: bytes, node: str) -> errors.StatusError:
     )
 
 
+def _agent_verify() -> ssl.SSLContext | bool:
+    ca_file = os.environ.get(AGENT_CA_ENV)
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
+
+
 async def relay(url: str, node: str, follow: bool) -> Response[Any]:
     """Open ``url`` on the agent and stream its body back, closing both ends together."""
     token = os.environ.get(TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=None if follow else 60.0)
-    client = httpx.AsyncClient(timeout=timeout)
+    client = httpx.AsyncClient(timeout=timeout, verify=_agent_verify())
     try:
         resp = await client.send(client.build_request("GET", url, headers=headers), stream=True)
     except httpx.TransportError as exc:
@@ -195,7 +203,8 @@ async def read_log(objects: Objects, namespace: str, name: str, params: Mapping[
             f'node "{node_name}" of pod "{name}" does not exist'
         ) from None
     path = "/".join(quote(p, safe="") for p in (namespace, name, container))
-    url = f"{agent_base_url(node)}/containerLogs/{path}?{query.agent_query()}"
+    scheme = "https" if os.environ.get(AGENT_CA_ENV) else "http"
+    url = f"{agent_base_url(node, scheme)}/containerLogs/{path}?{query.agent_query()}"
     return await relay(url, node_name, query.follow)
 
 

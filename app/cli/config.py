@@ -3,7 +3,9 @@
 The server URL and bearer token come from, in increasing precedence: built-in defaults, a YAML
 file (``$QM_CONFIG`` or ``~/.config/quaymaster/config.yaml``), the ``QM_SERVER`` / ``QM_TOKEN``
 environment variables, and the ``--server`` / ``--token`` flags. Resolving them in one pure
-function keeps that order testable without touching the real home directory.
+function keeps that order testable without touching the real home directory. An ``https``
+server is checked against the CA file named by ``certificate-authority`` in the file or
+``QM_CA_FILE`` (``make up`` writes its cluster CA there; ADR 0050), else the system's CAs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ DEFAULT_SERVER = "http://127.0.0.1:8080"
 CONFIG_ENV = "QM_CONFIG"
 SERVER_ENV = "QM_SERVER"
 TOKEN_ENV = "QM_TOKEN"
+CA_ENV = "QM_CA_FILE"
+CA_KEY = "certificate-authority"
 
 
 class ConfigError(Exception):
@@ -30,6 +34,7 @@ class ConfigError(Exception):
 class Config:
     server: str
     token: str | None
+    ca_file: str | None = None
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -58,7 +63,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must be a mapping with 'server' and 'token' keys")
-    for key in ("server", "token"):
+    for key in ("server", "token", CA_KEY):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string")
@@ -96,4 +101,9 @@ def load_config(
         raise ConfigError(
             f"no token configured: pass --token, set {TOKEN_ENV}, or add 'token:' to {path}"
         )
-    return Config(server=resolved_server, token=(resolved_token or "").strip() or None)
+    ca_file = _first(env.get(CA_ENV) or None, data.get(CA_KEY))
+    if ca_file:
+        ca_file = str((path.parent / Path(ca_file).expanduser()).resolve())
+    return Config(
+        server=resolved_server, token=(resolved_token or "").strip() or None, ca_file=ca_file
+    )

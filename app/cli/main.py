@@ -193,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     namespace = getattr(args, "namespace", None) or "default"
-    with contextlib.closing(ApiClient(config.server, config.token)) as client:
+    with contextlib.closing(
+        ApiClient(config.server, config.token, ca_file=config.ca_file)
+    ) as client:
         ctx = Context(
             client,
             namespace=namespace,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ssl
 from collections.abc import Generator, Iterator
 from typing import Any, Self, Unpack
 
@@ -39,20 +40,27 @@ class RestClient(Verbs[Obj]):
         *,
         timeout: float | None = None,
         transport: httpx.BaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
-        self.token, self._transport = token, transport
+        self.token, self._transport, self.ca_file = token, transport, ca_file
         self.timeout = timeout = self.default_timeout if timeout is None else timeout
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        # An https server is checked against ca_file (the cluster's CA) when given.
+        verify = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self._http = httpx.Client(
-            base_url=self.server, headers=headers, timeout=timeout, transport=transport
-        )
+            base_url=self.server, headers=headers, timeout=timeout, transport=transport,
+            verify=verify,
+        )  # fmt: skip
 
     def clone(self) -> Self:
         """Another client of the same server with its own connections."""
-        return type(self)(self.server, self.token, timeout=self.timeout, transport=self._transport)
+        return type(self)(
+            self.server, self.token, timeout=self.timeout, transport=self._transport,
+            ca_file=self.ca_file,
+        )  # fmt: skip
 
     def close(self) -> None:
         self._http.close()

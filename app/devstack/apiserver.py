@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.devstack.pki import ClusterPki
 from app.devstack.supervise import LOOPBACK, die_with_parent, stop_process, wait_http_ok
 
 HEALTH_PATH = "/healthz"
@@ -22,7 +23,8 @@ class ApiServer:
     """One ``python -m app.api`` process bound to ``127.0.0.1:port``.
 
     ``env`` must carry what the API reads (``DATABASE_URL``,
-    ``QM_BOOTSTRAP_TOKEN``, ...); its output is appended to ``log_path``.
+    ``QM_BOOTSTRAP_TOKEN``, ...); its output is appended to ``log_path``. With ``pki`` it
+    serves HTTPS with the cluster's API server certificate and :attr:`url` is ``https``.
     """
 
     def __init__(
@@ -32,7 +34,9 @@ class ApiServer:
         env: dict[str, str],
         log_path: Path,
         cwd: Path | None = None,
+        pki: ClusterPki | None = None,
     ) -> None:
+        self.pki = pki
         self.port = port
         self.token = token
         self.env = dict(env)
@@ -42,7 +46,12 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"{'https' if self.pki else 'http'}://{LOOPBACK}:{self.port}"
+
+    @property
+    def ca_file(self) -> str | None:
+        """The CA file a client trusts to reach this server (``None``: plain HTTP)."""
+        return str(self.pki.ca) if self.pki else None
 
     @property
     def pid(self) -> int | None:
@@ -62,6 +71,9 @@ class ApiServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         argv = [sys.executable, "-m", "app.api", "--host", LOOPBACK, "--port", str(self.port)]
+        if self.pki is not None:
+            cert, key = self.pki.apiserver.cert, self.pki.apiserver.key
+            argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 argv,
@@ -74,7 +86,7 @@ class ApiServer:
                 preexec_fn=die_with_parent(),
             )
         try:
-            wait_http_ok(self.url + HEALTH_PATH, timeout, self._proc)
+            wait_http_ok(self.url + HEALTH_PATH, timeout, self._proc, self.ca_file)
         except (RuntimeError, TimeoutError) as exc:
             self.stop()
             with self.log_path.open("rb") as log:

@@ -16,6 +16,7 @@ import ctypes.util
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -166,15 +167,18 @@ def wait_http_ok(
     url: str,
     timeout: float,
     proc: subprocess.Popen[bytes] | None = None,
+    ca_file: str | None = None,
 ) -> None:
     """Poll ``url`` until it answers 200, or raise :class:`TimeoutError`.
 
     If ``proc`` is given and exits meanwhile, raise :class:`RuntimeError` at once
-    instead of waiting out the timeout.
+    instead of waiting out the timeout. An ``https`` URL's certificate is checked against
+    ``ca_file`` when given (else the system's authorities).
     """
     deadline = time.monotonic() + timeout
     last = "no answer yet"
-    with httpx.Client(timeout=2.0) as client:
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    with httpx.Client(timeout=2.0, verify=verify) as client:
         while True:
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(

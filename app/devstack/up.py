@@ -31,7 +31,9 @@ from types import FrameType
 import yaml
 
 from app.devstack import network
+from app.devstack.kubeconfig import kubeconfig
 from app.devstack.network import NetworkPlan
+from app.devstack.pki import ClusterPki, cluster_pki
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http_ok
@@ -144,6 +146,10 @@ COMPONENTS: tuple[Component, ...] = (
                 f"127.0.0.{i + 1}",
                 "--discovery-http",
                 DISCOVERY_HTTP,
+                "--tls-cert-file",  # its log server speaks HTTPS with a cluster certificate
+                f"{{state}}/pki/agent-{zone}.crt",
+                "--tls-key-file",
+                f"{{state}}/pki/agent-{zone}.key",
             ),
             requires="agent",
             node=zone,
@@ -271,8 +277,9 @@ def cli_config_path() -> Path:
     )
 
 
-def write_cli_config(server: str, token: str) -> Path:
-    """Point the CLI at this server (keeping any other keys already in the file)."""
+def write_cli_config(server: str, token: str, ca_file: Path | None = None) -> Path:
+    """Point the CLI at this server, trusting ``ca_file`` (keeping any other keys already in
+    the file)."""
     path = cli_config_path()
     config: dict[str, object] = {}
     if path.exists():
@@ -280,7 +287,28 @@ def write_cli_config(server: str, token: str) -> Path:
         if isinstance(loaded, dict):
             config = loaded
     config.update(server=server, token=token)
+    if ca_file is not None:
+        config["certificate-authority"] = str(ca_file)
     _write_private(path, yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def stack_pki(state_dir: Path) -> ClusterPki:
+    """The CA (kept across runs), the API server's certificate for the addresses clients use,
+    and each local agent's for its own address and node name (ADR 0050)."""
+    agents = {
+        zone: [f"127.0.0.{i + 1}", f"local-{zone}", "localhost"]
+        for i, zone in enumerate(network.ZONES)
+    }
+    return cluster_pki(state_dir / "pki", [LOOPBACK, "localhost", "::1"], agents)
+
+
+def write_kubeconfig(state_dir: Path, server: str, pki: ClusterPki, token: str) -> Path:
+    """``.qm/kubeconfig``: kubectl as the admin, trusting the cluster CA (private: it holds the
+    token)."""
+    path = state_dir / "kubeconfig"
+    text = yaml.safe_dump(kubeconfig(server, pki.ca.read_bytes(), token), sort_keys=False)
+    _write_private(path, text)
     return path
 
 
@@ -338,7 +366,8 @@ class Stack:
         if not port_is_free(api_port):
             say(f"port {api_port} is already in use; set QM_API_PORT to another port")
             return 1
-        api_url = f"http://{LOOPBACK}:{api_port}"
+        api_url = f"https://{LOOPBACK}:{api_port}"
+        pki = stack_pki(STATE_DIR)
 
         database_url = os.environ.get("DATABASE_URL")
         if not database_url:
@@ -359,6 +388,10 @@ class Stack:
             QM_BOOTSTRAP_TOKEN=token,
             QM_API_PORT=str(api_port),
             QM_API_URL=api_url,
+            QM_CA_FILE=str(pki.ca),  # what the agents (and qm) check the API's certificate with
+            QM_TLS_CERT_FILE=str(pki.apiserver.cert),  # the API serves HTTPS only
+            QM_TLS_KEY_FILE=str(pki.apiserver.key),
+            QM_AGENT_CA_FILE=str(pki.ca),  # the API checks the agents' log servers with it
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("QM_STREAM_DATABASE_URL", database_url)
@@ -413,13 +446,14 @@ class Stack:
             proc = self.children.start(component.name, argv, env, ROOT)
             if component.health:
                 try:
-                    wait_http_ok(api_url + component.health, timeout=60.0, proc=proc)
+                    wait_http_ok(api_url + component.health, 60.0, proc, str(pki.ca))
                 except (RuntimeError, TimeoutError) as exc:
                     say(f"{component.name} did not become healthy: {exc}")
                     return 1
             started.append(component.name)
 
-        config_path = write_cli_config(api_url, token)
+        config_path = write_cli_config(api_url, token, pki.ca)
+        kubeconfig_path = write_kubeconfig(STATE_DIR, api_url, pki, token)
         print(
             "\nQuaymaster is up.\n"
             f"  API:         {api_url}\n"
@@ -427,6 +461,8 @@ class Stack:
             f"  Database:    {database_url}\n"
             f"  Broker:      {broker_url}\n"
             f"  CLI config:  {config_path}\n"
+            f"  kubeconfig:  {kubeconfig_path}  (kubectl --kubeconfig {kubeconfig_path} get pods)\n"
+            f"  CA:          {pki.ca}\n"
             f"  Token:       {token_location}\n"
             f"  Metrics:     {metrics_urls(env, started)}\n"
             f"  Network:     {net_line}\n"
