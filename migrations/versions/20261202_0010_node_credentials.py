@@ -3,19 +3,73 @@
 Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-02
+
+* ``qm_bootstrap_tokens``: the one-time tokens an agent joins with (``<id>.<secret>``, as
+  Kubernetes' bootstrap tokens). ``token_id`` is public (it names the token in listings and
+  audit); only the secret's SHA-256 is kept. ``uses_left`` counts down in the join's
+  transaction (``UPDATE ... WHERE uses_left > 0 RETURNING``), so two agents racing for the last
+  use cannot both win; ``node_name``, when set, is the only node the token may join as.
+  A spent or expired row stays until ``qm_purge_bootstrap_tokens()`` removes it (an hour
+  later), so a listing still shows who used it.
+* ``qm_node_credentials``: which token a join minted, for which node and with which bootstrap
+  token (the credential itself is a row of ``qm_tokens``, user ``system:node:<name>``, group
+  ``system:nodes``: one authentication path for every principal).
 """
 
 from __future__ import annotations
+
+from alembic import op
 
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+TABLES = r"""
+CREATE TABLE qm_bootstrap_tokens (
+  token_id text PRIMARY KEY CHECK (token_id ~ '^[a-z0-9]{6}$'),
+  secret_sha256 text NOT NULL,
+  node_name text,
+  uses_left integer NOT NULL DEFAULT 1 CHECK (uses_left >= 0),
+  description text NOT NULL DEFAULT '',
+  created_by text NOT NULL DEFAULT '',
+  created_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL,
+  last_used_at timestamptz
+);
+COMMENT ON TABLE qm_bootstrap_tokens IS
+  'One-time tokens node agents join with; only the secret''s SHA-256 is kept';
+
+CREATE TABLE qm_node_credentials (
+  id bigserial PRIMARY KEY,
+  node_name text NOT NULL,
+  token_sha256 text NOT NULL UNIQUE,
+  bootstrap_token_id text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX qm_node_credentials_node ON qm_node_credentials (node_name);
+COMMENT ON TABLE qm_node_credentials IS
+  'Which node credential (a qm_tokens row) each join minted, with which bootstrap token';
+
+CREATE FUNCTION qm_purge_bootstrap_tokens() RETURNS integer
+LANGUAGE sql AS $$
+  WITH gone AS (
+    DELETE FROM qm_bootstrap_tokens
+    WHERE (uses_left = 0 OR expires_at < now())
+      AND coalesce(last_used_at, expires_at) < now() - interval '1 hour'
+    RETURNING 1
+  )
+  SELECT count(*)::integer FROM gone
+$$;
+"""
+
 
 def upgrade() -> None:
-    pass
+    op.execute(TABLES)
+    op.execute("GRANT SELECT ON qm_node_credentials TO qm_reporting")
 
 
 def downgrade() -> None:
-    pass
+    op.execute("DROP FUNCTION IF EXISTS qm_purge_bootstrap_tokens()")
+    op.execute("DROP TABLE IF EXISTS qm_node_credentials")
+    op.execute("DROP TABLE IF EXISTS qm_bootstrap_tokens")

@@ -1,0 +1,234 @@
+"""Node credentials over the API: bootstrap tokens, joins, token reviews, and the API server's
+own credential for agents.
+
+All under ``/apis/authentication.quaymaster.io/v1`` (ADR 0045):
+
+- ``POST .../bootstraptokens`` (``create bootstraptokens``: the cluster's administrators)
+  with ``{"spec": {"ttlSeconds", "uses", "nodeName", "description"}}`` answers a
+  ``BootstrapToken`` whose ``status.token`` is shown this once.
+- ``POST .../nodecredentials`` with the bootstrap token as the bearer and ``{"spec":
+  {"nodeName": n}}``: spends one use and answers a ``NodeCredential`` whose ``status.token``
+  is user ``system:node:<n>`` in group ``system:nodes``. The bootstrap token authenticates
+  nothing else.
+- ``POST .../tokenreviews`` with ``{"spec": {"token": t}}``: who ``t`` is
+  (``status.authenticated``, ``status.user``), as Kubernetes' TokenReview. An agent's log
+  server asks it who calls (``agent.server``); the caller needs ``create tokenreviews``
+  (nodes have it through the node authorizer).
+
+Each API server mints a credential of its own at start (user ``system:apiserver``, group
+``system:apiservers``, two days, renewed every twelve hours) and presents it to agents' log
+servers (:func:`agent_credential`, ``app.api.logs``); agents accept that principal and no
+shared secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+from litestar import Litestar, Request, Response, post
+from litestar.handlers import HTTPRouteHandler
+
+from app.api.nodegraph import NodeAuthorizer
+from app.api.responses import error_response, json_response
+from app.api.routes import guarded
+from app.api.service import decode_body
+from app.core import errors
+from app.core.authz import MASTERS, Attributes
+from app.core.authz import node as node_authz
+from app.core.errors import Cause
+from app.core.names import validate_dns1123_subdomain
+from app.store import bootstrap
+from app.store.tokens import User
+
+log = logging.getLogger(__name__)
+GROUP = node_authz.AUTHN_GROUP
+PREFIX = f"/apis/{GROUP}/v1"
+API_VERSION = f"{GROUP}/v1"
+DEFAULT_TTL_S = 24 * 3600
+MAX_TTL_S = 30 * 24 * 3600
+CREDENTIAL_TTL_S = 2 * 24 * 3600
+RENEW_EVERY_S = 12 * 3600
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    parsed = decode_body(raw)
+    if not isinstance(parsed, dict):
+        raise errors.BadRequest("the request body must be a JSON object")
+    spec = parsed.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def authorized(request: Request[Any, Any, Any], user: User, attrs: Attributes) -> None:
+    """Forbidden unless the API's authorizer chain allows ``attrs``; before a chain is
+    configured, the cluster's administrators and the node authorizer decide."""
+    chain = getattr(request.app.state, "authz", None)
+    if chain is not None:
+        decide = getattr(chain, "authorize", chain)
+        if decide(user, attrs).allowed:
+            return
+    elif MASTERS in user.groups or node_authz.authorize(user, attrs, _NO_PODS).allowed:
+        return
+    raise errors.Forbidden(
+        f'{attrs.resource} is forbidden: User "{user.name}" cannot {attrs.verb} resource '
+        f'"{attrs.resource}" in API group "{attrs.group}" at the cluster scope',
+        kind=attrs.resource,
+    )
+
+
+class _NoPods:
+    def pod_node(self, namespace: str, name: str) -> str | None:
+        return None
+
+    def has_pods(self, node: str, namespace: str) -> bool:
+        return False
+
+    def references(self, node: str, namespace: str) -> frozenset[node_authz.Ref]:
+        return frozenset()
+
+
+_NO_PODS = _NoPods()
+
+
+def _int(spec: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.invalid(
+            "BootstrapToken", None,
+            [Cause(f"spec.{key}", "FieldValueInvalid", f"must be an integer in [{low}, {high}]")],
+        )  # fmt: skip
+    return value
+
+
+def _node_name(spec: dict[str, Any], kind: str, required: bool) -> str | None:
+    name = spec.get("nodeName")
+    if name is None and not required:
+        return None
+    problems = validate_dns1123_subdomain(name) if isinstance(name, str) else ["must be a string"]
+    if problems:
+        raise errors.invalid(kind, None, [Cause("spec.nodeName", "FieldValueInvalid",
+                                                "; ".join(problems))])  # fmt: skip
+    return str(name)
+
+
+@post(f"{PREFIX}/bootstraptokens", operation_id="createBootstrapToken", tags=["BootstrapToken"],
+      summary="Create a one-time token an agent joins with", status_code=201)  # fmt: skip
+async def create_bootstrap_token(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        authorized(request, user, Attributes("create", "bootstraptokens", group=GROUP))
+        spec = _body(await request.body())
+        created = await bootstrap.create_bootstrap_token(
+            _pool(request),
+            _int(spec, "ttlSeconds", DEFAULT_TTL_S, 1, MAX_TTL_S),
+            uses=_int(spec, "uses", 1, 1, 100_000),
+            node_name=_node_name(spec, "BootstrapToken", required=False),
+            description=str(spec.get("description") or ""),
+            created_by=user.name,
+        )
+        return json_response({
+            "kind": "BootstrapToken", "apiVersion": API_VERSION,
+            "metadata": {"name": created.token_id},
+            "spec": {"uses": created.uses, "nodeName": created.node_name},
+            "status": {"token": created.token, "expiresAt": created.expires_at},
+        }, 201)  # fmt: skip
+
+    return await guarded(request, run)
+
+
+@post(f"{PREFIX}/nodecredentials", operation_id="createNodeCredential",
+      tags=["NodeCredential"], status_code=201,
+      summary="Exchange a bootstrap token for the credential of one node")  # fmt: skip
+async def create_node_credential(request: Request[Any, Any, Any]) -> Response[Any]:
+    try:
+        header = request.headers.get("authorization") or ""
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+        if not token:
+            raise errors.Unauthorized("Unauthorized: a bootstrap token is required")
+        node = _node_name(_body(await request.body()), "NodeCredential", required=True)
+        assert node is not None
+        credential = await bootstrap.join(_pool(request), token, node)
+        if credential is None:
+            raise errors.Unauthorized(
+                "Unauthorized: the bootstrap token is not valid (unknown, expired, used up, "
+                "or bound to another node)"
+            )
+    except errors.StatusError as exc:
+        return error_response(exc)
+    log.info("node %s joined", node)
+    return json_response({
+        "kind": "NodeCredential", "apiVersion": API_VERSION, "metadata": {"name": node},
+        "status": {"token": credential, "username": bootstrap.node_user(node),
+                   "groups": [bootstrap.NODES_GROUP]},
+    }, 201)  # fmt: skip
+
+
+@post(f"{PREFIX}/tokenreviews", operation_id="createTokenReview", tags=["TokenReview"],
+      summary="Who a bearer token is", status_code=201)  # fmt: skip
+async def create_token_review(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        authorized(request, user, Attributes("create", "tokenreviews", group=GROUP))
+        token = _body(await request.body()).get("token")
+        status: dict[str, Any] = {"authenticated": False}
+        if isinstance(token, str) and token:
+            with contextlib.suppress(errors.Unauthorized):
+                who = await request.app.state.auth.user_for(f"Bearer {token}")
+                status = {"authenticated": True,
+                          "user": {"username": who.name, "groups": list(who.groups)}}  # fmt: skip
+        return json_response({"kind": "TokenReview", "apiVersion": API_VERSION,
+                              "status": status}, 201)  # fmt: skip
+
+    return await guarded(request, run)
+
+
+def _pool(request: Request[Any, Any, Any]) -> asyncpg.Pool:
+    pool: asyncpg.Pool = request.app.state.objects.store.pool
+    return pool
+
+
+# -- this API server's own credential, for agents ----------------------------------------------
+
+
+def agent_credential(state: Any) -> str | None:
+    """The token this server presents to agents' log servers (None before it is minted)."""
+    token: str | None = getattr(state, "agent_credential", None)
+    return token
+
+
+async def _renew(app: Litestar, pool: asyncpg.Pool) -> None:
+    while True:
+        await asyncio.sleep(RENEW_EVERY_S)
+        try:
+            app.state.agent_credential = await bootstrap.mint_apiserver_credential(
+                pool, CREDENTIAL_TTL_S
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("the API server's agent credential was not renewed: %s", exc)
+
+
+@contextlib.asynccontextmanager
+async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
+    """Mints this server's credential once the store is up, and renews it while it runs."""
+    pool: asyncpg.Pool = app.state.objects.store.pool
+    app.state.agent_credential = await bootstrap.mint_apiserver_credential(pool, CREDENTIAL_TTL_S)
+    app.state.node_authorizer = NodeAuthorizer(app.state.objects.cache)
+    chain = getattr(getattr(app.state, "authz", None), "chain", None)
+    if chain is not None:
+        chain.append(app.state.node_authorizer)
+    renew = asyncio.create_task(_renew(app, pool))
+    try:
+        yield
+    finally:
+        renew.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renew
+
+
+HANDLERS: list[HTTPRouteHandler] = [
+    create_bootstrap_token,
+    create_node_credential,
+    create_token_review,
+]

@@ -1,0 +1,125 @@
+"""Bootstrap tokens and the node credentials they are exchanged for.
+
+An administrator creates a bootstrap token (``qm node bootstrap-token create``); an agent
+presents it once to ``POST .../nodecredentials`` (:mod:`app.api.nodeauth`) and gets a token of
+its own node, user ``system:node:<name>`` in group ``system:nodes``, minted by
+:func:`app.store.tokens.create_token` like every other token, so one authentication path serves
+every principal. A bootstrap token is ``<id>.<secret>``: the id is public, the secret is kept
+only as its SHA-256. Its uses count down in one ``UPDATE ... RETURNING``, so two agents racing
+for the last use cannot both win. Called by the API server only.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.store.tokens import create_token, digest
+
+NODE_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
+APISERVER_USER = "system:apiserver"
+APISERVERS_GROUP = "system:apiservers"
+_FORMAT = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass(frozen=True)
+class BootstrapToken:
+    token_id: str
+    token: str  # the whole token, shown once
+    expires_at: str
+    uses: int
+    node_name: str | None
+
+
+def node_user(node: str) -> str:
+    return NODE_PREFIX + node
+
+
+def _random(n: int) -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(n))
+
+
+async def create_bootstrap_token(
+    pool: asyncpg.Pool,
+    ttl_s: float,
+    *,
+    uses: int = 1,
+    node_name: str | None = None,
+    description: str = "",
+    created_by: str = "",
+) -> BootstrapToken:
+    """A new bootstrap token valid ``ttl_s`` seconds for ``uses`` joins (of ``node_name``
+    only, when given)."""
+    token_id, secret = _random(6), _random(16)
+    expires = await pool.fetchval(
+        "INSERT INTO qm_bootstrap_tokens"
+        " (token_id, secret_sha256, node_name, uses_left, description, created_by, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))"
+        " RETURNING to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+        token_id,
+        digest(secret),
+        node_name,
+        uses,
+        description,
+        created_by,
+        float(ttl_s),
+    )
+    return BootstrapToken(token_id, f"{token_id}.{secret}", str(expires), uses, node_name)
+
+
+async def spend(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
+    """Use ``token`` once to join as ``node_name``: its id, or None if it is malformed,
+    unknown, expired, spent or bound to another node."""
+    m = _FORMAT.match(token)
+    if m is None:
+        return None
+    found = await pool.fetchval(
+        "UPDATE qm_bootstrap_tokens SET uses_left = uses_left - 1, last_used_at = now()"
+        " WHERE token_id = $1 AND secret_sha256 = $2 AND uses_left > 0 AND expires_at > now()"
+        " AND (node_name IS NULL OR node_name = $3) RETURNING token_id",
+        m[1],
+        digest(m[2]),
+        node_name,
+    )
+    return None if found is None else str(found)
+
+
+async def join(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
+    """Spend ``token`` and mint the credential of ``node_name``; None if the token is refused."""
+    token_id = await spend(pool, token, node_name)
+    if token_id is None:
+        return None
+    credential = await create_token(
+        pool, node_user(node_name), (NODES_GROUP,), f"node {node_name} (bootstrap {token_id})"
+    )
+    await pool.execute(
+        "INSERT INTO qm_node_credentials (node_name, token_sha256, bootstrap_token_id)"
+        " VALUES ($1, $2, $3)",
+        node_name,
+        digest(credential),
+        token_id,
+    )
+    return credential
+
+
+async def mint_apiserver_credential(pool: asyncpg.Pool, ttl_s: float) -> str:
+    """A token this API server presents to agents' log servers (user ``system:apiserver``),
+    expiring after ``ttl_s``; this server's expired ones are removed on the way."""
+    token = await create_token(pool, APISERVER_USER, (APISERVERS_GROUP,), "api server")
+    await pool.execute(
+        "UPDATE qm_tokens SET expires_at = now() + make_interval(secs => $2)"
+        " WHERE token_sha256 = $1",
+        digest(token),
+        float(ttl_s),
+    )
+    await pool.execute(
+        "DELETE FROM qm_tokens WHERE username = $1 AND expires_at < now()", APISERVER_USER
+    )
+    await pool.execute("SELECT qm_purge_bootstrap_tokens()")
+    return token
