@@ -181,6 +181,14 @@ KINDS: tuple[Kind, ...] = (
         columns=(("TYPE", "type"),),
     ),
     Kind(
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccounts",
+        short_names=("sa",),
+        spec_fields=("secrets", "imagePullSecrets", "automountServiceAccountToken"),
+        has_status=False,
+    ),
+    Kind(
         "Event",
         "events",
         "events",
@@ -211,6 +219,33 @@ KINDS: tuple[Kind, ...] = (
             ("MESSAGE", "message"),
         ),
     ),
+    # RBAC (app.core.authz): served, watched and cached like every other kind.
+    Kind("Role", "roles", "roles", spec_fields=("rules",), has_status=False),
+    Kind(
+        "ClusterRole",
+        "clusterroles",
+        "clusterroles",
+        namespaced=False,
+        spec_fields=("rules",),
+        has_status=False,
+    ),
+    Kind(
+        "RoleBinding",
+        "rolebindings",
+        "rolebindings",
+        spec_fields=("subjects", "roleRef"),
+        has_status=False,
+        columns=(("ROLE", "roleRef.name"),),
+    ),
+    Kind(
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebindings",
+        namespaced=False,
+        spec_fields=("subjects", "roleRef"),
+        has_status=False,
+        columns=(("ROLE", "roleRef.name"),),
+    ),
     Kind(
         "AdmissionPolicy",
         "admissionpolicies",
@@ -222,9 +257,22 @@ KINDS: tuple[Kind, ...] = (
     ),
 )
 
+# Kinds the revision stream carries and the watch cache holds but the API does not serve as
+# objects: a bearer token's record (``qm_tokens``) is one, so that its revocation reaches every
+# API server through the stream (app.api.auth); its own API is app.api.tokens.
+TOKEN = Kind(
+    "Token",
+    "tokens",
+    "qm_tokens",
+    namespaced=False,
+    has_status=True,
+)
+INTERNAL_KINDS: tuple[Kind, ...] = (TOKEN,)
+STREAMED: tuple[Kind, ...] = KINDS + INTERNAL_KINDS
+
 BY_PLURAL: dict[str, Kind] = {k.plural: k for k in KINDS}
-BY_KIND: dict[str, Kind] = {k.kind: k for k in KINDS}
-BY_TABLE: dict[str, Kind] = {k.table: k for k in KINDS}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in STREAMED}
+BY_TABLE: dict[str, Kind] = {k.table: k for k in STREAMED}
 
 
 def resolve(name: str) -> Kind | None:

@@ -35,6 +35,12 @@ from app.core.admission.misc import (
 from app.core.admission.network import check_endpointslice, check_service
 from app.core.admission.pod import check_pod
 from app.core.admission.policy import check_admissionpolicy
+from app.core.admission.rbac import (
+    check_clusterrole,
+    check_clusterrolebinding,
+    check_role,
+    check_rolebinding,
+)
 from app.core.admission.values import check_object
 from app.core.admission.workloads import (
     check_cronjob,
@@ -67,6 +73,10 @@ VALIDATORS: dict[str, Validator] = {
     "Node": check_node,
     "Lease": check_lease,
     "Namespace": check_namespace,
+    "Role": check_role,
+    "ClusterRole": check_clusterrole,
+    "RoleBinding": check_rolebinding,
+    "ClusterRoleBinding": check_clusterrolebinding,
     "AdmissionPolicy": check_admissionpolicy,
 }
 

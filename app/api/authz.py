@@ -1,0 +1,212 @@
+"""The API server's authorisation: a chain of authorizers, RBAC read from the watch cache.
+
+``app.state.authz`` is one :class:`Authorization`. Its ``chain`` is a plain list of
+``authorize(user, attrs) -> Decision`` callables; the first that allows wins (other
+authorizers, such as the node authorizer, append themselves to it). RBAC is the first entry:
+its :class:`~app.core.authz.rbac.Policy` is rebuilt from the watch cache whenever a Role,
+ClusterRole or binding changes (watchers on those four kinds mark it stale; the next check
+rebuilds it, so a binding is in force on this server as soon as its cache shows it).
+
+Handlers call :meth:`Authorization.check`: it returns :data:`ALLOWED`, or :data:`HIDDEN`
+when the principal holds no permission at all in the request's namespace (the request is then
+answered exactly as if the namespace did not exist, see :class:`ScopedCache`), or raises a
+403 that names the missing permission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from app.core import errors
+from app.core.authz import Attributes, Authorizer, Decision, forbidden_message
+from app.core.authz.rbac import Policy
+from app.core.kinds import BY_KIND, Kind
+from app.store.tokens import User
+from app.stream.cache import Cached, WatchCache, Watcher
+
+RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+ALLOWED = "allowed"
+HIDDEN = "hidden"
+
+
+class RBAC:
+    """The RBAC authorizer of one API server, current with its watch cache."""
+
+    def __init__(self, cache: WatchCache) -> None:
+        self.cache = cache
+        self.policy = Policy()
+        self.generation = 0
+        self._watchers: list[Watcher] = []
+
+    def current(self) -> Policy:
+        """The policy, rebuilt first if any RBAC object changed since it was built."""
+        stale = not self._watchers or any(w not in self.cache.watchers for w in self._watchers)
+        if stale:
+            self._rewatch()
+        for w in self._watchers:
+            if not w.queue.empty():
+                stale = True
+                while not w.queue.empty():
+                    w.queue.get_nowait()
+        if stale:
+            self._rebuild()
+        return self.policy
+
+    def _rewatch(self) -> None:
+        for w in self._watchers:
+            self.cache.unwatch(w)
+        self._watchers = []
+        for name in RBAC_KINDS:
+            kind = BY_KIND.get(name)
+            if kind is None:
+                continue
+            w = Watcher(kind, None, None, None)
+            self.cache.watchers.add(w)  # only changes from now on: the rebuild reads the rest
+            self._watchers.append(w)
+
+    def _rebuild(self) -> None:
+        def objs(name: str) -> list[dict[str, Any]]:
+            kind = BY_KIND.get(name)
+            return [c.obj() for c in self.cache.iter(kind, None)] if kind else []
+
+        self.policy = Policy(
+            objs("Role"), objs("ClusterRole"), objs("RoleBinding"), objs("ClusterRoleBinding")
+        )
+        self.generation += 1
+
+    def authorize(self, user: User, attrs: Attributes) -> Decision:
+        return self.current().authorize(user, attrs)
+
+
+@dataclass
+class Authorization:
+    """The chain of authorizers (``app.state.authz``)."""
+
+    rbac: RBAC
+    chain: list[Authorizer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.chain:
+            self.chain.append(self.rbac.authorize)
+
+    def authorize(self, user: User, attrs: Attributes) -> Decision:
+        """The first allowing decision of the chain, else a denial."""
+        for authorizer in self.chain:
+            decision = authorizer(user, attrs)
+            if decision.allowed:
+                return decision
+        return Decision(False, forbidden_message(user, attrs))
+
+    def allowed(self, user: User, attrs: Attributes) -> bool:
+        return self.authorize(user, attrs).allowed
+
+    def visible(self, user: User, namespace: str) -> bool:
+        return self.rbac.current().visible(user, namespace)
+
+    def check(self, user: User, attrs: Attributes) -> str:
+        """:data:`ALLOWED`; :data:`HIDDEN` when ``user`` holds nothing in the namespace
+        (namespaced requests only); otherwise raise 403 Forbidden naming the permission."""
+        decision = self.authorize(user, attrs)
+        if decision.allowed:
+            return ALLOWED
+        ns = attrs.namespace or (attrs.name if attrs.resource == "namespaces" else "")
+        if ns and not self.visible(user, ns):
+            return HIDDEN
+        raise errors.Forbidden(decision.reason, kind=attrs.resource, name=attrs.name or None)
+
+    def require(self, user: User, attrs: Attributes) -> None:
+        """Allowed, or 403 (for requests with no namespace to hide, such as nodes)."""
+        decision = self.authorize(user, attrs)
+        if not decision.allowed:
+            raise errors.Forbidden(decision.reason, kind=attrs.resource, name=attrs.name or None)
+
+    def namespaces(self, user: User, attrs: Attributes) -> list[str] | None:
+        """Namespaces where ``attrs`` is allowed (None: cluster-wide)."""
+        if self.authorize(user, replace(attrs, namespace="", name="")).allowed:
+            return None
+        return self.rbac.current().namespaces_allowing(user, attrs)
+
+    def namespace_filter(self, user: User, attrs: Attributes) -> Callable[[str], bool] | None:
+        """A predicate on namespaces for long-running watches, current with RBAC changes;
+        None when ``attrs`` is allowed cluster-wide."""
+        if self.authorize(user, replace(attrs, namespace="", name="")).allowed:
+            return None
+        memo: dict[str, bool] = {}
+        seen = [self.rbac.generation]
+
+        def allowed(ns: str) -> bool:
+            self.rbac.current()
+            if seen[0] != self.rbac.generation:
+                memo.clear()
+                seen[0] = self.rbac.generation
+            hit = memo.get(ns)
+            if hit is None:
+                name = ns if attrs.resource == "namespaces" else attrs.name
+                hit = memo[ns] = self.allowed(user, replace(attrs, namespace=ns, name=name))
+            return hit
+
+        return allowed
+
+
+class ScopedCache:
+    """The watch cache as a principal with limited reach sees it: objects in namespaces it
+    may not see (and those namespaces themselves) are absent. Handlers run unchanged over it,
+    so a hidden namespace takes exactly the path of a missing one."""
+
+    def __init__(self, cache: WatchCache, namespaces: list[str]) -> None:
+        self._cache = cache
+        self._namespaces = namespaces
+        self._allowed = frozenset(namespaces)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Cached | None:
+        if kind.namespaced and namespace not in self._allowed:
+            return None
+        if kind.kind == "Namespace" and name not in self._allowed:
+            return None
+        return self._cache.get(kind, namespace, name)
+
+    def iter(
+        self, kind: Kind, namespace: str | None, after: tuple[str, str] | None = None
+    ) -> Iterator[Cached]:
+        if namespace is not None:
+            if namespace in self._allowed or not kind.namespaced:
+                yield from self._cache.iter(kind, namespace, after)
+            return
+        if kind.kind == "Namespace":
+            for ns in self._namespaces:
+                c = self._cache.get(kind, "", ns)
+                if c is not None and (after is None or ("", ns) > after):
+                    yield c
+            return
+        if not kind.namespaced:
+            yield from self._cache.iter(kind, None, after)
+            return
+        for ns in self._namespaces:
+            if after is not None and ns < after[0]:
+                continue
+            yield from self._cache.iter(kind, ns, after if after and after[0] == ns else None)
+
+
+def scoped(cache: WatchCache, namespaces: list[str]) -> WatchCache:
+    """:class:`ScopedCache` typed as the cache it stands in for."""
+    return cast(WatchCache, ScopedCache(cache, namespaces))
+
+
+def authorization(request_state: Any) -> Authorization:
+    authz: Authorization = request_state.authz
+    return authz
+
+
+__all__ = [
+    "ALLOWED",
+    "HIDDEN",
+    "RBAC",
+    "Authorization",
+    "ScopedCache",
+    "scoped",
+]

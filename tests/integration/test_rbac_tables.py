@@ -1,0 +1,24 @@
+"""The RBAC kinds' tables exist in the kinds' shape and join the revision stream."""
+
+from __future__ import annotations
+
+import psycopg
+
+RBAC_TABLES = ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
+
+
+def test_rbac_tables_are_published_and_readable_by_reporting(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        published = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_publication_tables WHERE pubname = 'qm_stream'"
+            )
+        }
+        assert set(RBAC_TABLES) <= published
+        for table in RBAC_TABLES:
+            (granted,) = conn.execute(
+                "SELECT has_table_privilege('qm_reporting', %s, 'SELECT')", (table,)
+            ).fetchone()  # type: ignore[misc]
+            assert granted
+            conn.execute(f"SELECT uid, namespace, name, spec, row_version FROM {table} LIMIT 1")
