@@ -39,6 +39,8 @@ from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres, create_database, drop_database
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import free_port
+from app.store.secret_keys import ENV as ENV_SECRET_KEYS
+from app.store.secret_keys import ensure_keys_file
 from app.stream.revisioner import Revisioner, streaming
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +135,25 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def secret_keys_file() -> Iterator[Path]:
+    """The keys file every process of the session seals Secrets with (``QM_SECRET_KEYS``,
+    ADR 0048), unless the environment names one already."""
+    given = os.environ.get(ENV_SECRET_KEYS)
+    if given:
+        yield Path(given)
+        return
+    base = _scratch_dir("qm-keys-")
+    path = base / "secret-keys.json"
+    ensure_keys_file(path)
+    os.environ[ENV_SECRET_KEYS] = str(path)
+    try:
+        yield path
+    finally:
+        os.environ.pop(ENV_SECRET_KEYS, None)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -11,22 +11,26 @@ from typing import Any
 
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 
-from app import __version__
 from app.api.auth import Authenticator
+from app.api.authz import RBAC, Authorization
 from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
+from app.api.fairness import FairShare, fairness_lifespan
 from app.api.fastpath import FastWrites
 from app.api.logs import HANDLERS as LOG_HANDLERS
+from app.api.nodeauth import HANDLERS as NODE_AUTH_HANDLERS
+from app.api.nodeauth import credential_lifespan
+from app.api.openapi import HANDLERS as OPENAPI_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
+from app.api.secrets import HANDLERS as SECRET_KEY_HANDLERS
 from app.api.service import Objects
 from app.api.subscribers import HANDLERS as SUBSCRIBER_HANDLERS
 from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
+from app.api.warning_headers import WarningHeaders
 from app.core import collector, errors
 from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
@@ -62,9 +66,8 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     await cache.start(stream_database_url())
     store = Store(pool, group_commit=True)
     app.state.objects = Objects(store, cache)
-    app.state.auth = Authenticator(
-        pool, max_inflight_per_user=int(os.environ.get("QM_MAX_INFLIGHT_PER_USER", "200"))
-    )
+    app.state.authz = Authorization(RBAC(cache))  # others append to .chain
+    app.state.auth = Authenticator(pool)
     app.state.revisioner = revisioner
     await _ensure_default_namespace(store, cache)
     keeper = asyncio.create_task(housekeeping(store, stream_database_url(), revisioner))
@@ -117,9 +120,12 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     return error_response(errors.StatusError(f"internal error: {type(exc).__name__}"))
 
 
-def create_app() -> FastWrites:
-    """The Litestar app, behind the fast path for object ``PUT``s (:mod:`app.api.fastpath`)."""
-    return FastWrites(create_litestar())
+def create_app() -> WarningHeaders:
+    """The Litestar app, behind the fast path for object ``PUT``s (:mod:`app.api.fastpath`),
+    behind flow control's view of each request (:mod:`app.api.fairness`), behind the
+    ``Warning`` headers every response may carry (:mod:`app.api.warning_headers`)."""
+    litestar = create_litestar()
+    return WarningHeaders(FairShare(FastWrites(litestar), litestar))
 
 
 def create_litestar() -> Litestar:
@@ -130,20 +136,17 @@ def create_litestar() -> Litestar:
             *EVICTION_HANDLERS,
             *USAGE_HANDLERS,
             *LOG_HANDLERS,
+            *NODE_AUTH_HANDLERS,
             *SUBSCRIBER_HANDLERS,
+            *SECRET_KEY_HANDLERS,
+            *OPENAPI_HANDLERS,
         ],
-        lifespan=[lifespan, usage_lifespan],
+        lifespan=[lifespan, usage_lifespan, fairness_lifespan, credential_lifespan],
         exception_handlers={
             errors.StatusError: _status_error,
             HTTPException: _http_error,
             Exception: _unexpected,
         },
-        openapi_config=OpenAPIConfig(
-            title="Quaymaster",
-            version=__version__,
-            path="/schema",
-            description="Kubernetes-style API for the quaymaster.io/v1 group",
-            render_plugins=[SwaggerRenderPlugin()],
-        ),
+        openapi_config=None,  # app.api.openapi serves the document
         request_max_body_size=8 * 1024 * 1024,
     )

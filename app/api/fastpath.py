@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 from litestar import Litestar
 
+from app.api import secret_view
 from app.api.responses import JSON, error_parts
 from app.api.routes import PREFIX, as_user
 from app.api.service import MAX_BODY, Objects
@@ -85,7 +86,7 @@ class FastWrites:
         async def run(user: User) -> bytes:
             body = await _body(receive)
             cached = await objects.replace(kind, namespace, name, body, user, status)
-            return cached.raw
+            return secret_view.reveal(self.app.state, user, kind, cached.raw)
 
         return await self._answer(scope, 200, run)
 

@@ -14,7 +14,7 @@ from litestar import Request, Response, delete, get, patch, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
-from app.api import watch
+from app.api import fairness, secret_view, watch
 from app.api.auth import Authenticator
 from app.api.responses import (
     error_response,
@@ -25,6 +25,7 @@ from app.api.responses import (
 )
 from app.api.service import Objects, decode_body
 from app.core import errors
+from app.core.authz import node as node_authz
 from app.core.kinds import API_VERSION, KINDS, Kind
 from app.store.tokens import User
 from app.stream.cache import Watcher
@@ -38,15 +39,11 @@ async def as_user(
     auth: Authenticator, authorization: str | None, fn: Callable[[User], Awaitable[T]],
     count: bool = True,
 ) -> T:  # fmt: skip
-    """Authenticate, take a slot of the user's fair share (unless ``count`` is false), run."""
+    """Authenticate, wait for the user's fair share of seats (:mod:`app.api.fairness`), run.
+    ``count`` false marks a long-running request (a watch, a follow): one seat while it starts."""
     user = await auth.user_for(authorization)
-    if not count:
+    async with fairness.seat(user, long_running=not count):
         return await fn(user)
-    auth.enter(user)
-    try:
-        return await fn(user)
-    finally:
-        auth.leave(user)
 
 
 async def guarded(
@@ -88,6 +85,9 @@ async def _list_or_watch(
 ) -> Response[Any]:
     objects = _objects(request)
     q = request.query_params
+    refusal = node_authz.selector_refusal(user, kind.plural, q.get("fieldSelector"))
+    if refusal is not None:  # a node lists and watches only its own pods
+        raise errors.Forbidden(refusal, kind=kind.plural)
     if _truthy(q.get("watch")):
         labels, fields = objects.matchers(kind, q.get("labelSelector"), q.get("fieldSelector"))
         w = Watcher(kind, namespace, labels, fields)
@@ -106,6 +106,7 @@ async def _list_or_watch(
             float(timeout) if timeout else None,
             kind,
         )
+        gen = secret_view.reveal_stream(request.app.state, user, kind, gen)
         return Stream(
             gen,
             media_type="application/json",
@@ -120,6 +121,7 @@ async def _list_or_watch(
         cont=q.get("continue"),
         resource_version=q.get("resourceVersion"),
     )
+    items = secret_view.reveal_all(request.app.state, user, kind, items)
     return raw_response(list_body(kind, items, revision, cont))
 
 
@@ -168,14 +170,15 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
     async def create(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
             c = await _objects(request).create(kind, ns_of(request), await request.body(), user)
-            return raw_response(c.raw, 201)
+            return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw), 201)
 
         return await guarded(request, run)
 
     @get(item, operation_id=f"read{op}", tags=tag, summary=f"Read a {kind.kind}")
     async def read(request: Request[Any, Any, Any], name: str) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
-            return raw_response(_objects(request).get(kind, ns_of(request), name).raw)
+            c = _objects(request).get(kind, ns_of(request), name)
+            return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
         return await guarded(request, run)
 
@@ -191,7 +194,7 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
                 c = await _objects(request).replace(
                     kind, ns_of(request), name, await request.body(), user, status
                 )
-                return raw_response(c.raw)
+                return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
             return await guarded(request, run)
 
@@ -212,7 +215,7 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
                     user,
                     status,
                 )
-                return raw_response(c.raw)
+                return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
             return await guarded(request, run)
 
@@ -227,7 +230,7 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
             c, uid = await _objects(request).delete(kind, ns_of(request), name, options, user)
             if c is None:
                 return json_response(success_status(kind, name, uid))
-            return raw_response(c.raw)
+            return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
         return await guarded(request, run)
 

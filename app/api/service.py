@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from app.api.policy import police
 from app.core import errors
 from app.core.admission import admit
 from app.core.fields import parse_field_selector
@@ -23,6 +24,7 @@ from app.core.kinds import API_VERSION, BY_KIND, Kind
 from app.core.labels import parse_selector
 from app.core.objects import split
 from app.core.patch import json_patch, merge_patch
+from app.store import secret_keys
 from app.store.store import Store
 from app.store.tokens import User
 from app.stream.cache import Cached, Matcher, WatchCache
@@ -194,7 +196,8 @@ class Objects:
             obj["status"] = {"phase": "Pending"} if kind.kind == "Pod" else {}
         self._resolve_priority(kind, obj)
         admitted = admit(kind, obj, None)
-        stored = await self.store.create(kind, admitted, actor=user.name)
+        police(self.cache, kind, admitted, None)
+        stored = await self.store.create(kind, admitted, actor=user.actor)
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
     async def replace(
@@ -237,7 +240,7 @@ class Objects:
         deadline = time.monotonic() + PATCH_RETRY_S
         while True:
             current = self.get(kind, namespace, name)
-            base = current.obj()
+            base = _plain(kind, current)
             patched = merge_patch(base, ops) if media == MERGE else json_patch(base, ops)
             if not isinstance(patched, dict):
                 raise errors.BadRequest("the patched object is not a JSON object")
@@ -263,7 +266,7 @@ class Objects:
     async def _write(
         self, kind: Kind, obj: dict[str, Any], current: Cached, user: User, status: bool, verb: str
     ) -> Cached:
-        old = current.obj()
+        old = _plain(kind, current)
         if status:
             merged = dict(old)
             merged["status"] = obj.get("status") if obj.get("status") is not None else {}
@@ -271,7 +274,7 @@ class Objects:
                 return current  # nothing to write: same resourceVersion, as Kubernetes does
             merged = admit(kind, merged, old)  # the whole object stays valid, status included
             stored = await self.store.update_status(
-                kind, merged, current.row_version, actor=user.name, verb=verb
+                kind, merged, current.row_version, actor=user.actor, verb=verb
             )
         else:
             if kind.has_status:
@@ -280,10 +283,11 @@ class Objects:
                 obj.pop("status", None)
             self._resolve_priority(kind, obj, old)
             admitted = admit(kind, obj, old)
+            police(self.cache, kind, admitted, old)
             if _same_desired(kind, admitted, old):
                 return current
             stored = await self.store.update(
-                kind, admitted, current.row_version, actor=user.name, verb=verb
+                kind, admitted, current.row_version, actor=user.actor, verb=verb
             )
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
@@ -319,7 +323,7 @@ class Objects:
             grace_seconds=grace,
             expected=expected,
             expected_uid=pre.get("uid"),
-            actor=user.name,
+            actor=user.actor,
         )
         if stored is None:
             await self.cache.wait_deleted(current.uid)
@@ -401,6 +405,12 @@ class Objects:
                 spec["priority"] = default.obj().get("value", 0) if default else 0
                 if default is not None:
                     spec["priorityClassName"] = default.name
+
+
+def _plain(kind: Kind, current: Cached) -> dict[str, Any]:
+    """The cached object to patch or compare with: a Secret's data opened (ADR 0048)."""
+    obj = current.obj()
+    return secret_keys.open_object(obj) if kind.kind == "Secret" else obj
 
 
 STORED_BY_UPDATE = ("labels", "annotations", "owner_references", "finalizers", "spec")

@@ -30,6 +30,8 @@ from .nodes import COMMANDS as NODE_COMMANDS
 from .nodes import add_parsers as add_node_parsers
 from .rollout import COMMANDS as ROLLOUT_COMMANDS
 from .rollout import add_parsers as add_rollout_parsers
+from .secrets import COMMANDS as SECRET_COMMANDS
+from .secrets import add_parsers as add_secret_parsers
 from .top import COMMANDS as TOP_COMMANDS
 from .top import add_parsers as add_top_parsers
 
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollout_parsers(sub, common)
     add_log_parsers(sub, common)
     add_top_parsers(sub, common)
+    add_secret_parsers(sub, common)
     return parser
 
 
@@ -171,6 +174,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     **ROLLOUT_COMMANDS,
     **LOG_COMMANDS,
     **TOP_COMMANDS,
+    **SECRET_COMMANDS,
 }
 
 

@@ -37,6 +37,8 @@ from app.devstack.pki import ClusterPki, cluster_pki
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import LOOPBACK, Supervisor, port_is_free, wait_http_ok
+from app.store.secret_keys import ENV as SECRET_KEYS_ENV
+from app.store.secret_keys import ensure_keys_file
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("QM_STATE_DIR") or ROOT / ".qm")
@@ -401,6 +403,10 @@ class Stack:
         # The secret the API server shows the agents' log servers (ADR 0019); one per run.
         env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
         env.setdefault("QM_DISCOVERY_HTTP", DISCOVERY_HTTP)  # the API lists their subscribers
+        # The keys Secrets are sealed with (ADR 0048): created once, mode 0600, kept across runs.
+        env.setdefault(SECRET_KEYS_ENV, str(STATE_DIR / "secret-keys.json"))
+        if ensure_keys_file(Path(env[SECRET_KEYS_ENV])):
+            say(f"created the Secret encryption keys file {env[SECRET_KEYS_ENV]}")
 
         say("applying migrations (alembic upgrade head)")
         migrate = subprocess.run(

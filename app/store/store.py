@@ -27,7 +27,7 @@ from app.core.controllers.namespace import NAMESPACE_CONTENTS, TERMINATING
 from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.core.objects import render, split
-from app.store import quota, sql
+from app.store import quota, secret_keys, sql
 from app.store.db_errors import refusals
 from app.store.group import Lane
 
@@ -149,6 +149,7 @@ class Store:
                 name = cols["name"] or generate_name(
                     prefix or "", self.rng, max_length=max_name_length(kind.kind)
                 )
+                spec = _sealed(kind, cols["spec"], cols["namespace"], name)
                 with refusals(kind, name):
                     rec = await db.fetchrow(
                         sql.insert(kind),
@@ -160,7 +161,7 @@ class Store:
                         cols["annotations"],
                         cols["owner_references"],
                         cols["finalizers"],
-                        cols["spec"],
+                        spec,
                         cols["status"],
                         actor,
                     )
@@ -174,6 +175,8 @@ class Store:
     async def create_many(self, kind: Kind, objs: list[dict[str, Any]]) -> list[Stored]:
         """Insert many objects in one statement; names that already exist are skipped."""
         cols = [split(kind, o) for o in objs]
+        for c in cols:
+            c["spec"] = _sealed(kind, c["spec"], c["namespace"], c["name"])
         async with quota.admitted(self.pool, kind, objs) as db:
             with refusals(kind, None):
                 recs = await db.fetch(
@@ -214,7 +217,7 @@ class Store:
             cols["annotations"],
             cols["owner_references"],
             cols["finalizers"],
-            cols["spec"],
+            _sealed(kind, cols["spec"], cols["namespace"], cols["name"]),
             actor,
             verb,
         )
@@ -517,6 +520,11 @@ _STATEMENTS: dict[str, tuple[Callable[[Kind], str], Callable[[Kind], str]]] = {
     "update": (sql.update, sql.update_batch),
     "status": (sql.update_status, sql.update_status_batch),
 }
+
+
+def _sealed(kind: Kind, spec: dict[str, Any], namespace: str, name: str) -> dict[str, Any]:
+    """A Secret's data is stored only sealed (ADR 0048); other kinds' specs as they are."""
+    return secret_keys.seal_spec(spec, namespace, name) if kind.kind == "Secret" else spec
 
 
 def _json(value: Any) -> str:

@@ -13,7 +13,9 @@ import binascii
 import re
 
 from app.core.admission._util import Errs, Obj, sub
+from app.core.errors import Cause
 from app.core.patch import json_equal
+from app.core.secretbox import REDACTED_ANNOTATION
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 KEY_MAX = 253
@@ -107,14 +109,33 @@ def check_configmap(e: Errs, obj: Obj, old: Obj | None) -> None:
     _check_immutable(e, obj, old, ("data", "binaryData"))
 
 
+def _omit_values(e: Errs, since: int) -> None:
+    """A Secret's values never appear in an error (they reach clients, Events and logs): the
+    causes found since ``since`` keep their path and reason, not the value."""
+    for i in range(since, len(e.causes)):
+        c = e.causes[i]
+        if c.message.startswith("Invalid value: "):
+            detail = c.message.rsplit(": ", 1)[-1]
+            e.causes[i] = Cause(c.field, c.reason, f"Invalid value: <value omitted>: {detail}")
+
+
 def check_secret(e: Errs, obj: Obj, old: Obj | None) -> None:
     kind = e.get_str(obj, "type", "", default="Opaque")
     if kind is not None and len(kind) > KEY_MAX:
         e.too_long("type", KEY_MAX)
     if old is not None and isinstance(old.get("type"), str) and kind != old["type"]:
         e.immutable("type")
+    seen = len(e)
     data = e.get_str_map(obj, "data", "")
     string_data = e.get_str_map(obj, "stringData", "")
+    _omit_values(e, seen)
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, dict) and REDACTED_ANNOTATION in annotations:
+        e.forbidden(
+            sub("metadata.annotations", REDACTED_ANNOTATION),
+            "a Secret read without permission to get it has its data withheld and cannot be"
+            " written back",
+        )
     total = 0
     if data is not None:
         _check_keys(e, data, "data")
