@@ -9,6 +9,7 @@ from typing import Any
 from litestar import Request, Response, get
 
 from app import __version__
+from app.api.fairness import metric_lines
 from app.api.responses import json_response
 from app.api.routes import guarded
 from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
@@ -155,12 +156,6 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[str]:
     )
 
 
-@get("/openapi/v3", operation_id="getOpenAPI", tags=["discovery"])
-async def openapi_v3(request: Request[Any, Any, Any]) -> Response[Any]:
-    schema = request.app.openapi_schema.to_schema()
-    return json_response(schema)
-
-
 @get("/metrics", operation_id="getMetrics", tags=["health"], media_type="text/plain")
 async def metrics(request: Request[Any, Any, Any]) -> str:
     state = request.app.state
@@ -178,6 +173,7 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
     ]
     for k in KINDS:
         lines.append(f'qm_watch_cache_objects{{kind="{k.kind}"}} {len(cache.objects[k.kind])}')
+    lines += metric_lines(state.get("fairness"))
     return "\n".join(lines) + "\n"
 
 
@@ -191,6 +187,5 @@ HANDLERS = [
     healthz,
     livez,
     readyz,
-    openapi_v3,
     metrics,
 ]

@@ -1,0 +1,252 @@
+"""API priority and fairness: the queuing arithmetic, pure (ADR 0049).
+
+Who calls it: :mod:`app.api.fairness`, the shell that turns these decisions into waiting
+requests, 429s and metrics. Nothing here reads a clock, sleeps or does I/O: ``now`` is passed
+in, so the tests run on a fake clock.
+
+The model is Kubernetes' API Priority and Fairness, simplified where the difference buys
+nothing at our scale:
+
+* a request's principal picks a **priority level** (:func:`classify`); each level owns a share
+  of the API's concurrency (its *seats*), and one level's traffic never takes another's seats;
+* within a level each principal is a **flow** with a queue of its own (per-flow queues rather
+  than shuffle sharding: flows are few, and an exact queue per flow has no collisions);
+* a request needs some seats (a get or a write 1, a watch 1 while it starts, a list one per 100
+  objects it may return, at most :data:`MAX_SEATS`); it waits in its flow's queue until they
+  are free. Queues are served max-min fair: the next request dispatched is the head of the
+  queue whose flow holds the fewest seats, so a flow asking little is served before a flood;
+* queues are bounded (``queue_length`` per flow, ``max_queued`` per level) and so is the wait
+  (``wait_limit``): past either the request is rejected, which the API answers with 429.
+
+The level's seat count is this server's part of the cluster's: see :func:`seat_limits`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+MAX_SEATS = 10  # the widest request, as Kubernetes' list estimate caps it
+OBJECTS_PER_SEAT = 100
+
+EXEMPT = "exempt"
+SYSTEM = "system"
+WORKLOAD_HIGH = "workload-high"
+WORKLOAD_LOW = "workload-low"
+GLOBAL_DEFAULT = "global-default"
+CATCH_ALL = "catch-all"
+
+# Shares as Kubernetes' defaults give them (leader election has no level: leases are written
+# by components already in their own levels). Exempt has no limit.
+SHARES: Mapping[str, int] = {
+    SYSTEM: 30,
+    WORKLOAD_HIGH: 40,
+    WORKLOAD_LOW: 100,
+    GLOBAL_DEFAULT: 20,
+    CATCH_ALL: 5,
+}
+COMPONENTS = frozenset({"system:kube-scheduler", "system:kube-controller-manager"})
+
+# Why a request was refused, as the metrics label it.
+QUEUE_FULL = "queue-full"
+TIME_OUT = "time-out"
+
+
+def classify(name: str, groups: Iterable[str]) -> tuple[str, str]:
+    """(priority level, flow) of a principal. The flow is the principal itself."""
+    g = set(groups)
+    if "system:masters" in g:
+        level = EXEMPT  # the cluster's administrators can always reach it to repair it
+    elif "system:nodes" in g or name.startswith("system:node:"):
+        level = SYSTEM
+    elif name in COMPONENTS:
+        level = WORKLOAD_HIGH
+    elif "system:serviceaccounts" in g or name.startswith("system:serviceaccount:"):
+        level = WORKLOAD_LOW
+    elif name and name != "system:anonymous":
+        level = GLOBAL_DEFAULT
+    else:
+        level = CATCH_ALL
+    return level, name
+
+
+def list_seats(objects: int, limit: int | None) -> int:
+    """Seats of a list that may return ``objects`` (fewer with a ``limit``)."""
+    n = objects if limit is None or limit <= 0 else min(objects, limit)
+    return max(1, min(MAX_SEATS, math.ceil(n / OBJECTS_PER_SEAT)))
+
+
+def seat_limits(total: int, servers: int, shares: Mapping[str, int] = SHARES) -> dict[str, int]:
+    """Each level's seats on one of ``servers`` API servers sharing ``total`` seats.
+
+    Every server takes ``1/servers`` of each level (rounded down, at least one seat), so a
+    principal spreading its requests over all servers holds at most what one server alone
+    would give it, and one holding on to one server gets ``1/servers`` of it."""
+    whole = sum(shares.values())
+    n = max(1, servers)
+    return {name: max(1, total * s // whole // n) for name, s in shares.items()}
+
+
+@dataclass(eq=False)
+class Request:
+    """One request waiting for or holding seats. Identity matters: the shell keys on it."""
+
+    level: str
+    flow: str
+    seats: int
+    arrived: float
+    seq: int
+    state: str = "queued"  # queued, admitted, rejected, done
+    reason: str = ""
+
+
+@dataclass
+class Flow:
+    in_use: int = 0  # seats held
+    queue: deque[Request] = field(default_factory=deque)
+    dispatched: int = 0
+    rejected: int = 0
+    last_active: float = 0.0
+
+
+@dataclass
+class Level:
+    name: str
+    limit: int  # seats; 0 means no limit (exempt)
+    in_use: int = 0
+    queued: int = 0
+    dispatched: int = 0
+    rejected: dict[str, int] = field(default_factory=lambda: {QUEUE_FULL: 0, TIME_OUT: 0})
+    flows: dict[str, Flow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    queue_length: int = 50  # requests one flow may have waiting in a level
+    max_queued: int = 1000  # requests all flows of a level may have waiting
+    wait_limit: float = 5.0  # seconds a request may wait before it is refused
+    idle_flow_s: float = 600.0  # a flow's counters are forgotten this long after its last use
+
+
+class Dispatcher:
+    """The levels of one API server and their queues."""
+
+    def __init__(self, limits: Mapping[str, int], config: Config = Config()) -> None:
+        self.config = config
+        self.levels: dict[str, Level] = {EXEMPT: Level(EXEMPT, 0)}
+        self.levels.update({n: Level(n, max(1, s)) for n, s in limits.items()})
+        self._seq = 0
+
+    def offer(self, level: str, flow: str, seats: int, now: float) -> Request:
+        """A new request: admitted at once, queued, or rejected (``state`` says which)."""
+        lv = self.levels.get(level) or self.levels[CATCH_ALL]
+        self._seq += 1
+        f = lv.flows.get(flow)
+        if f is None:
+            f = lv.flows[flow] = Flow()
+        f.last_active = now
+        width = seats if lv.limit == 0 else max(1, min(seats, lv.limit))
+        req = Request(lv.name, flow, width, now, self._seq)
+        if lv.limit == 0:
+            self._admit(lv, f, req)
+            return req
+        if len(f.queue) >= self.config.queue_length or lv.queued >= self.config.max_queued:
+            self._reject(lv, f, req, QUEUE_FULL)
+            return req
+        f.queue.append(req)
+        lv.queued += 1
+        self._dispatch(lv)
+        return req
+
+    def release(self, req: Request, now: float) -> list[Request]:
+        """``req`` finished: free its seats; returns the requests admitted in its place."""
+        if req.state != "admitted":
+            return []
+        req.state = "done"
+        lv = self.levels[req.level]
+        lv.in_use -= req.seats
+        f = lv.flows[req.flow]
+        f.in_use -= req.seats
+        f.last_active = now
+        return self._dispatch(lv)
+
+    def expire(self, now: float) -> list[Request]:
+        """Reject every queued request that has waited ``wait_limit`` or longer."""
+        out: list[Request] = []
+        deadline = now - self.config.wait_limit
+        for lv in self.levels.values():
+            for f in lv.flows.values():
+                while f.queue and f.queue[0].arrived <= deadline:
+                    req = f.queue.popleft()
+                    lv.queued -= 1
+                    self._reject(lv, f, req, TIME_OUT)
+                    out.append(req)
+        return out
+
+    def cancel(self, req: Request, now: float) -> list[Request]:
+        """The client went away: drop ``req`` from its queue, or release its seats."""
+        if req.state == "admitted":
+            return self.release(req, now)
+        if req.state == "queued":
+            lv = self.levels[req.level]
+            lv.flows[req.flow].queue.remove(req)
+            lv.queued -= 1
+            req.state = "done"
+            return self._dispatch(lv)
+        return []
+
+    def set_limits(self, limits: Mapping[str, int]) -> list[Request]:
+        """New seat counts (the number of servers changed); returns requests now admitted.
+        Seats already held above a lowered limit are kept until they are released."""
+        out: list[Request] = []
+        for name, seats in limits.items():
+            lv = self.levels.get(name)
+            if lv is None:
+                self.levels[name] = Level(name, max(1, seats))
+                continue
+            lv.limit = max(1, seats)
+            out += self._dispatch(lv)
+        return out
+
+    def prune(self, now: float) -> None:
+        """Forget flows idle for ``idle_flow_s`` (their counters go with them)."""
+        cutoff = now - self.config.idle_flow_s
+        for lv in self.levels.values():
+            idle = [k for k, f in lv.flows.items() if not f.in_use and not f.queue
+                    and f.last_active < cutoff]  # fmt: skip
+            for k in idle:
+                del lv.flows[k]
+
+    def _dispatch(self, lv: Level) -> list[Request]:
+        """Admit queue heads while seats allow: the flow holding the fewest seats first, the
+        earliest arrival among equals. A head that does not fit waits (and so does everyone
+        behind it) rather than being overtaken forever by narrower requests."""
+        out: list[Request] = []
+        while lv.queued:
+            f = min((f for f in lv.flows.values() if f.queue),
+                    key=lambda f: (f.in_use, f.queue[0].seq))  # fmt: skip
+            head = f.queue[0]
+            if lv.in_use + head.seats > lv.limit:
+                break
+            f.queue.popleft()
+            lv.queued -= 1
+            self._admit(lv, f, head)
+            out.append(head)
+        return out
+
+    @staticmethod
+    def _admit(lv: Level, f: Flow, req: Request) -> None:
+        req.state = "admitted"
+        lv.in_use += req.seats
+        lv.dispatched += 1
+        f.in_use += req.seats
+        f.dispatched += 1
+
+    @staticmethod
+    def _reject(lv: Level, f: Flow, req: Request, reason: str) -> None:
+        req.state = "rejected"
+        req.reason = reason
+        lv.rejected[reason] += 1
+        f.rejected += 1
