@@ -56,6 +56,7 @@ from app.store.disruption import mark_disruption_targets
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
 from workers.outcome import failure_note, failure_of
+from workers.policy import police
 from workers.runtime import creating
 
 ACTOR = "system:quaymaster-controller"
@@ -125,10 +126,18 @@ async def insert(store: Store, kind: Kind, batch: list[Obj]) -> tuple[list[Store
     return [], refused
 
 
+async def admit_children(store: Store, kind: Kind, objs: list[Obj]) -> list[Obj]:
+    """Admission of every child, then the admission policies (``workers.policy``), as the API
+    does for its writes; raises the first refusal."""
+    admitted = [admit(kind, o, None) for o in objs]
+    await police(store, kind, admitted)
+    return admitted
+
+
 async def create_children(store: Store, kind: Kind, objs: list[Obj]) -> Created:
     """The default ``Creator``: full admission of every child, then one statement."""
     try:
-        admitted = [admit(kind, named(kind, dict(o)), None) for o in objs]
+        admitted = await admit_children(store, kind, [named(kind, dict(o)) for o in objs])
     except StatusError as exc:  # a template admission rejects: no child of it can be made
         return Created(0, failure_of(exc))
     made, failure = await insert(store, kind, admitted)

@@ -19,7 +19,6 @@ import os
 import random
 from typing import Any
 
-from app.core.admission import admit
 from app.core.controllers import job as core
 from app.core.controllers.plan import Note, Outcome
 from app.core.errors import NotFound, StatusError
@@ -27,7 +26,7 @@ from app.core.kinds import BY_KIND, Kind
 from app.core.names import generate_name, max_name_length
 from app.store import jobs as job_reads
 from app.store.store import Store
-from workers.controllers.apply import Created, apply_plan, insert, with_version
+from workers.controllers.apply import Created, admit_children, apply_plan, insert, with_version
 from workers.outcome import failure_of
 from workers.runtime import Runtime, key_text
 
@@ -115,7 +114,7 @@ async def _create_chunk(store: Store, kind: Kind, pods: list[dict[str, Any]]) ->
     first = dict(pods[0])
     first["metadata"] = {**first["metadata"], "name": "x"}  # any valid name: replaced below
     try:
-        admitted = admit(kind, first, None)
+        (admitted,) = await admit_children(store, kind, [first])  # the chunk's pods are alike
     except StatusError as exc:
         return Created(0, failure_of(exc))
     admitted["metadata"].pop("generateName", None)
