@@ -13,7 +13,7 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
 
 from app.api.auth import Authenticator
-from app.api.authz import RBAC, Authorization
+from app.api.authz import RBAC, Authorization, escalation_guard
 from app.api.background import RevisionerProcess, housekeeping
 from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
@@ -25,9 +25,11 @@ from app.api.nodeauth import credential_lifespan
 from app.api.openapi import HANDLERS as OPENAPI_HANDLERS
 from app.api.responses import error_response
 from app.api.routes import all_handlers
+from app.api.scale import HANDLERS as SCALE_HANDLERS
 from app.api.secrets import HANDLERS as SECRET_KEY_HANDLERS
 from app.api.service import Objects
 from app.api.subscribers import HANDLERS as SUBSCRIBER_HANDLERS
+from app.api.tokens import HANDLERS as TOKEN_HANDLERS
 from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
 from app.api.warning_headers import WarningHeaders
@@ -67,6 +69,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     store = Store(pool, group_commit=True)
     app.state.objects = Objects(store, cache)
     app.state.authz = Authorization(RBAC(cache))  # others append to .chain
+    app.state.objects.guards.append(escalation_guard(app.state.authz))
     app.state.auth = Authenticator(pool)
     app.state.revisioner = revisioner
     await _ensure_default_namespace(store, cache)
@@ -74,10 +77,12 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     # The cache holds the cluster: keep full collections from walking it (app.core.collector).
     collector.settle()
     young = asyncio.create_task(collector.keep_collections_young())
+    # Revoked tokens stop working here as soon as this server's cache shows the change.
+    follower = asyncio.create_task(app.state.auth.follow(cache))
     try:
         yield
     finally:
-        for task in (keeper, young):
+        for task in (keeper, young, follower):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -136,8 +141,10 @@ def create_litestar() -> Litestar:
             *EVICTION_HANDLERS,
             *USAGE_HANDLERS,
             *LOG_HANDLERS,
+            *SCALE_HANDLERS,
             *NODE_AUTH_HANDLERS,
             *SUBSCRIBER_HANDLERS,
+            *TOKEN_HANDLERS,
             *SECRET_KEY_HANDLERS,
             *OPENAPI_HANDLERS,
         ],

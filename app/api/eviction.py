@@ -17,10 +17,12 @@ from typing import Any
 from litestar import Request, Response, post
 from litestar.handlers import HTTPRouteHandler
 
+from app.api import authz
 from app.api.responses import json_response
 from app.api.routes import PREFIX, guarded
 from app.api.service import MERGE, Objects, decode_body
 from app.core import errors
+from app.core.authz import Attributes
 from app.core.disruption import REFUSED
 from app.core.errors import Cause
 from app.core.kinds import API_VERSION, BY_KIND
@@ -188,7 +190,7 @@ async def run_eviction(
         propagation=policy,
         expected_uid=pre.get("uid") or None,
         expected_row_version=expected_row,
-        actor=user.name,
+        actor=user.actor,
         dry_run=bool(opts.get("dryRun")),
     )
     if outcome.result == "blocked":
@@ -218,7 +220,7 @@ async def run_drain(objects: Objects, node: str, user: User) -> dict[str, Any]:
         try:
             outcome = await evict(
                 objects.store, p.namespace, p.name, now=now, expected_uid=p.uid,
-                actor=user.name, note=f"Evicted while draining node {node}",
+                actor=user.actor, note=f"Evicted while draining node {node}",
             )  # fmt: skip
         except (errors.NotFound, errors.Conflict):
             continue  # gone or replaced since the listing: the next pass sees what is there
@@ -255,10 +257,11 @@ async def create_eviction(
     request: Request[Any, Any, Any], namespace: str, name: str
 ) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        objects: Objects = request.app.state.objects
+        objects: Objects = authz.objects_of(request)
         return await run_eviction(objects, namespace, name, await request.body(), user)
 
-    return await guarded(request, run)
+    attrs = Attributes("create", "pods", namespace, name, "eviction")
+    return await guarded(request, run, attrs=attrs)
 
 
 @post(
@@ -274,7 +277,7 @@ async def create_drain(request: Request[Any, Any, Any], name: str) -> Response[A
         objects.get(NODE, "", name)  # 404 for an unknown node, before anything is written
         return json_response(await run_drain(objects, name, user))
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=Attributes("create", "nodes", "", name, "drain"))
 
 
 HANDLERS: list[HTTPRouteHandler] = [create_eviction, create_drain]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -125,6 +127,8 @@ def _parse_rv(value: Any) -> int:
 class Objects:
     store: Store
     cache: WatchCache
+    # Checks of a write's final object before it is stored (the RBAC escalation check).
+    guards: list[Callable[[Kind, dict[str, Any], User], None]] = field(default_factory=list)
 
     # -- reads -----------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str, name: str) -> Cached:
@@ -176,7 +180,9 @@ class Objects:
         return items, revision, token
 
     # -- writes ----------------------------------------------------------------------
-    async def create(self, kind: Kind, namespace: str, body: bytes, user: User) -> Cached:
+    async def create(
+        self, kind: Kind, namespace: str, body: bytes, user: User, dry_run: bool = False
+    ) -> Cached:
         obj = _object(body)
         meta = obj["metadata"]
         _bind(kind, meta, namespace)
@@ -197,12 +203,17 @@ class Objects:
         self._resolve_priority(kind, obj)
         admitted = admit(kind, obj, None)
         police(self.cache, kind, admitted, None)
+        for guard in self.guards:
+            guard(kind, admitted, user)
+        if dry_run:  # admitted and answered, never stored (dryRun=All)
+            return _dry_run(kind, admitted, None)
         stored = await self.store.create(kind, admitted, actor=user.actor)
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
     async def replace(
-        self, kind: Kind, namespace: str, name: str, body: bytes, user: User, status: bool = False
-    ) -> Cached:
+        self, kind: Kind, namespace: str, name: str, body: bytes, user: User, status: bool = False,
+        dry_run: bool = False,
+    ) -> Cached:  # fmt: skip
         obj = _object(body)
         meta = obj["metadata"]
         _bind(kind, meta, namespace, name)
@@ -219,7 +230,7 @@ class Objects:
                 ],
             )
         current = await self._current(kind, namespace, name, _parse_rv(meta["resourceVersion"]))
-        return await self._write(kind, obj, current, user, status, "update")
+        return await self._write(kind, obj, current, user, status, "update", dry_run)
 
     async def patch(
         self,
@@ -230,6 +241,7 @@ class Objects:
         content_type: str,
         user: User,
         status: bool = False,
+        dry_run: bool = False,
     ) -> Cached:
         ops = decode_body(body)
         media = content_type.split(";")[0].strip().lower()
@@ -255,7 +267,7 @@ class Objects:
             if meta.get("uid") in (None, ""):
                 meta["uid"] = current.uid
             try:
-                return await self._write(kind, patched, current, user, status, "patch")
+                return await self._write(kind, patched, current, user, status, "patch", dry_run)
             except errors.Conflict:
                 if pinned or time.monotonic() > deadline:
                     raise
@@ -264,8 +276,9 @@ class Objects:
             await self.cache.wait_for(latest.uid, latest.row_version)
 
     async def _write(
-        self, kind: Kind, obj: dict[str, Any], current: Cached, user: User, status: bool, verb: str
-    ) -> Cached:
+        self, kind: Kind, obj: dict[str, Any], current: Cached, user: User, status: bool, verb: str,
+        dry_run: bool = False,
+    ) -> Cached:  # fmt: skip
         old = _plain(kind, current)
         if status:
             merged = dict(old)
@@ -273,6 +286,8 @@ class Objects:
             if merged["status"] == old.get("status"):
                 return current  # nothing to write: same resourceVersion, as Kubernetes does
             merged = admit(kind, merged, old)  # the whole object stays valid, status included
+            if dry_run:
+                return _dry_run(kind, merged, current)
             stored = await self.store.update_status(
                 kind, merged, current.row_version, actor=user.actor, verb=verb
             )
@@ -284,16 +299,21 @@ class Objects:
             self._resolve_priority(kind, obj, old)
             admitted = admit(kind, obj, old)
             police(self.cache, kind, admitted, old)
+            for guard in self.guards:
+                guard(kind, admitted, user)
             if _same_desired(kind, admitted, old):
                 return current
+            if dry_run:
+                return _dry_run(kind, admitted, current)
             stored = await self.store.update(
                 kind, admitted, current.row_version, actor=user.actor, verb=verb
             )
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
     async def delete(
-        self, kind: Kind, namespace: str, name: str, options: dict[str, Any], user: User
-    ) -> tuple[Cached | None, str]:
+        self, kind: Kind, namespace: str, name: str, options: dict[str, Any], user: User,
+        dry_run: bool = False,
+    ) -> tuple[Cached | None, str]:  # fmt: skip
         current = self.get(kind, namespace, name)
         pre = options.get("preconditions") or {}
         expected = None
@@ -315,6 +335,8 @@ class Objects:
                     )
                 ],
             )
+        if dry_run:  # checked, not deleted: the object as it stands
+            return current, current.uid
         stored = await self.store.delete(
             kind,
             namespace,
@@ -405,6 +427,29 @@ class Objects:
                 spec["priority"] = default.obj().get("value", 0) if default else 0
                 if default is not None:
                     spec["priorityClassName"] = default.name
+
+
+def _dry_run(kind: Kind, obj: dict[str, Any], current: Cached | None) -> Cached:
+    """What a write would have stored, for a ``dryRun=All`` answer: a create gets a uid and a
+    creation time of its own and no resourceVersion, an update keeps the current ones."""
+    meta = obj.setdefault("metadata", {})
+    if current is None:
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        meta.pop("resourceVersion", None)
+    obj.setdefault("apiVersion", API_VERSION)
+    obj.setdefault("kind", kind.kind)
+    return Cached(
+        kind=kind,
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        revision=current.revision if current else 0,
+        row_version=current.row_version if current else 0,
+        raw=_enc.encode(obj),
+        labels=dict(meta.get("labels") or {}),
+        fields={},
+    )
 
 
 def _plain(kind: Kind, current: Cached) -> dict[str, Any]:

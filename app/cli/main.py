@@ -32,6 +32,8 @@ from .rollout import COMMANDS as ROLLOUT_COMMANDS
 from .rollout import add_parsers as add_rollout_parsers
 from .secrets import COMMANDS as SECRET_COMMANDS
 from .secrets import add_parsers as add_secret_parsers
+from .tokens import COMMANDS as TOKEN_COMMANDS
+from .tokens import add_parsers as add_token_parsers
 from .top import COMMANDS as TOP_COMMANDS
 from .top import add_parsers as add_top_parsers
 
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_parsers(sub, common)
     add_top_parsers(sub, common)
     add_secret_parsers(sub, common)
+    add_token_parsers(sub, common)
     return parser
 
 
@@ -175,6 +178,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     **LOG_COMMANDS,
     **TOP_COMMANDS,
     **SECRET_COMMANDS,
+    **TOKEN_COMMANDS,
 }
 
 

@@ -205,3 +205,37 @@ def metrics(plural: str, namespace: str | None = None, name: str | None = None) 
 
 def version() -> Request:
     return Request("GET", "/version")
+
+
+AUTHN = "/apis/authentication.quaymaster.io/v1"
+
+
+def node_credential(node: str) -> Request:
+    """An agent's join: its bootstrap token (the bearer) exchanged for its node's credential."""
+    return _with_body("POST", f"{AUTHN}/nodecredentials", {"spec": {"nodeName": node}})
+
+
+def token_review(token: str) -> Request:
+    """Who ``token`` is, as the API server knows it (an agent's log server asks)."""
+    return _with_body("POST", f"{AUTHN}/tokenreviews", {"spec": {"token": token}})
+
+
+def bootstrap_token(spec: Obj) -> Request:
+    """A new bootstrap token (``ttlSeconds``, ``uses``, ``nodeName``, ``description``)."""
+    return _with_body("POST", f"{AUTHN}/bootstraptokens", {"spec": spec})
+
+
+def token_create(spec: Obj) -> Request:
+    """A new token (``authentication.quaymaster.io/v1``); the answer shows it once."""
+    return _with_body(
+        "POST", f"{AUTHN}/tokens", {"apiVersion": "authentication.quaymaster.io/v1",
+                                    "kind": "Token", "spec": spec},
+    )  # fmt: skip
+
+
+def token_list(user: str | None = None) -> Request:
+    return Request("GET", f"{AUTHN}/tokens", _params(user=user))
+
+
+def token_revoke(name: str) -> Request:
+    return Request("DELETE", f"{AUTHN}/tokens/{_seg(name)}")

@@ -61,8 +61,9 @@ def _audit(kind: Kind, verb: str, alias: str, before: bool) -> str:
     image = sql.audited(kind, alias)
     images = f"{image}, NULL" if before else f"NULL, {image}"
     return (
-        f" INSERT INTO qm_audit (username, verb, kind, namespace, name, uid, subresource,"
-        f" before, after) SELECT $3, '{verb}', '{kind.kind}', namespace, name, uid, '', {images}"
+        f" INSERT INTO qm_audit (username, groups, verb, kind, namespace, name, uid, subresource,"
+        f" before, after) SELECT {sql.who('$3::text')}, '{verb}', '{kind.kind}', namespace, name,"
+        f" uid, '', {images}"
         f" FROM {alias}"
     )
 

@@ -15,8 +15,15 @@ from app.core.objects import COLUMNS
 COLS = ", ".join(COLUMNS)
 
 _AUDIT = (
-    "INSERT INTO qm_audit (username, verb, kind, namespace, name, uid, subresource, before, after)"
+    "INSERT INTO qm_audit"
+    " (username, groups, verb, kind, namespace, name, uid, subresource, before, after)"
 )
+
+
+def who(actor: str) -> str:
+    """The audit row's ``username, groups`` from the SQL expression of a write's actor text
+    (``app.core.principals.actor``: the name, then the groups, separated by U+001F)."""
+    return f"qm_actor_name({actor}), qm_actor_groups({actor})"
 
 
 def audited(kind: Kind, alias: str, without: tuple[str, ...] = ()) -> str:
@@ -43,7 +50,7 @@ WITH ins AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT $11::text, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
+  SELECT {who('$11::text')}, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
          {audited(kind, "ins")} FROM ins WHERE $11::text IS NOT NULL
 )
 SELECT * FROM ins"""
@@ -73,7 +80,7 @@ WITH old AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT $9::text, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
+  SELECT {who('$9::text')}, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
          {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $9::text IS NOT NULL
 )
 SELECT * FROM upd"""
@@ -90,7 +97,7 @@ WITH old AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT $5::text, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
+  SELECT {who('$5::text')}, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
          {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $5::text IS NOT NULL
 )
 SELECT * FROM upd"""
@@ -115,7 +122,7 @@ WITH v AS (
   RETURNING {_cols("t")}, v.qm_ord
 ), aud AS (
   {_AUDIT}
-  SELECT v.actor, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
+  SELECT {who('v.actor')}, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
          {audited(kind, "old", ("qm_ord",))}, {audited(kind, "upd", ("qm_ord",))}
   FROM upd JOIN old USING (qm_ord) JOIN v USING (qm_ord) WHERE v.actor IS NOT NULL
 )
@@ -189,7 +196,7 @@ RETURNING {COLS}"""
 
 @cache
 def audit() -> str:
-    return f"{_AUDIT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    return f"{_AUDIT} VALUES ({who('$1::text')}, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 @cache

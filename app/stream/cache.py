@@ -25,7 +25,7 @@ import msgspec
 from sortedcontainers import SortedDict
 
 from app.core.errors import Gone, Timeout
-from app.core.kinds import BY_KIND, KINDS, Kind
+from app.core.kinds import BY_KIND, STREAMED, Kind
 from app.core.objects import get_path
 from app.stream.log import OPS, TAIL_SETTINGS, LogEntry
 
@@ -152,7 +152,7 @@ class WatchCache:
         self.window_max_bytes = window_bytes
         self.window_bytes = 0
         self.window_floor = 0  # watching from below this revision is 410 Gone
-        self.objects: dict[str, SortedDict] = {k.kind: SortedDict() for k in KINDS}
+        self.objects: dict[str, SortedDict] = {k.kind: SortedDict() for k in STREAMED}
         self.by_uid: dict[str, Cached] = {}
         self.deleted: dict[str, Cached] = {}  # recently deleted, for writers still waiting
         self.watchers: set[Watcher] = set()
@@ -261,7 +261,7 @@ class WatchCache:
         self.watchers.clear()
         self.window.clear()
         self.window_bytes = 0
-        self.objects = {k.kind: SortedDict() for k in KINDS}
+        self.objects = {k.kind: SortedDict() for k in STREAMED}
         self.by_uid.clear()
         await self._load(conn)
         self._resolve_revisions()

@@ -10,18 +10,23 @@ conditions and decide whether the namespace goes or the key is looked at again.
 
 from __future__ import annotations
 
+import contextlib
+
 from app.core.controllers import namespace as core
 from app.core.controllers.garbage import Candidate
 from app.core.controllers.plan import Outcome, Plan
-from app.core.errors import NotFound
+from app.core.errors import AlreadyExists, NotFound
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.store import collect
+from app.store.store import Store
 from workers.controllers.apply import apply_plan
 from workers.controllers.sweep import sweep
 from workers.runtime import Runtime, key_text
 
 ACTOR = "system:quaymaster-namespace-controller"
 NS = BY_KIND["Namespace"]
+SA = BY_KIND["ServiceAccount"]
+DEFAULT_ACCOUNT = "default"
 # Pods last: a ReplicaSet or Job deleted first cannot recreate them.
 ORDER: list[Kind] = sorted((k for k in KINDS if k.namespaced), key=lambda k: k.kind == "Pod")
 
@@ -33,7 +38,10 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             ns = await store.get(NS, "", name)
         except NotFound:
             return Outcome(gone=True)
-        if not ns.deleting or core.NAMESPACE_CONTENTS not in (ns.row["finalizers"] or []):
+        if not ns.deleting:
+            await ensure_default_account(store, name)
+            return Outcome()
+        if core.NAMESPACE_CONTENTS not in (ns.row["finalizers"] or []):
             return Outcome()
 
         async def read(kind: Kind) -> list[Candidate]:
@@ -48,3 +56,17 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
         if plan.finalize and outcome.ok:
             await store.finish_deletion(NS, ns.uid, drop=core.NAMESPACE_CONTENTS, actor=ACTOR)
         return outcome.merge(Outcome(failures=tuple(swept.failures)))
+
+
+async def ensure_default_account(store: Store, namespace: str) -> None:
+    """Every active namespace has the ServiceAccount ``default``, as Kubernetes' do; one
+    deleted by hand comes back at the next resync."""
+    try:
+        await store.get(SA, namespace, DEFAULT_ACCOUNT)
+    except NotFound:
+        with contextlib.suppress(AlreadyExists, NotFound):
+            await store.create(
+                SA,
+                {"metadata": {"name": DEFAULT_ACCOUNT, "namespace": namespace}},
+                actor=ACTOR,
+            )

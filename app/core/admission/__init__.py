@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.admission._util import NOT_SUPPORTED, Errs, Obj, idx, sub, type_name
+from app.core.admission.accounts import check_serviceaccount
 from app.core.admission.config import check_configmap, check_secret
 from app.core.admission.meta import carry_identity, check_metadata, object_name
 from app.core.admission.misc import (
@@ -69,6 +70,7 @@ VALIDATORS: dict[str, Validator] = {
     "PodDisruptionBudget": check_pdb,
     "ConfigMap": check_configmap,
     "Secret": check_secret,
+    "ServiceAccount": check_serviceaccount,
     "Event": check_event,
     "Node": check_node,
     "Lease": check_lease,
