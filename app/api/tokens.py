@@ -197,4 +197,30 @@ async def revoke_token(request: Request[Any, Any, Any], name: str) -> Response[A
     return await guarded(request, run)
 
 
-HANDLERS = [create_token, create_sa_token, list_tokens, read_token, revoke_token]
+@post(
+    f"/apis/{AUTHN_VERSION}/selfsubjectreviews",
+    operation_id="createSelfSubjectReview",
+    tags=["Token"],
+    summary="Who the caller is (Kubernetes' SelfSubjectReview)",
+    status_code=201,
+)
+async def self_subject_review(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.token_id:
+            info["extra"] = {"authentication.quaymaster.io/token-id": [user.token_id]}
+        body = {"apiVersion": AUTHN_VERSION, "kind": "SelfSubjectReview", "metadata": {},
+                "status": {"userInfo": info}}  # fmt: skip
+        return json_response(body, 201)
+
+    return await guarded(request, run)
+
+
+HANDLERS = [
+    create_token,
+    create_sa_token,
+    list_tokens,
+    read_token,
+    revoke_token,
+    self_subject_review,
+]

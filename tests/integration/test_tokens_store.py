@@ -131,7 +131,10 @@ async def test_deleting_a_service_account_revokes_its_tokens(
     await store.create(SA, {"metadata": {"name": "builder", "namespace": "robots"}})
     minted = await tokens.create_service_account_token(pool, "robots", "builder", 600)
     assert minted.obj["spec"]["user"] == "system:serviceaccount:robots:builder"
-    assert minted.obj["spec"]["groups"] == ["system:serviceaccounts", "system:serviceaccounts:robots"]
+    assert minted.obj["spec"]["groups"] == [
+        "system:serviceaccounts",
+        "system:serviceaccounts:robots",
+    ]
     auth = Authenticator(pool, ttl_s=3600)
     follower = asyncio.create_task(auth.follow(cache))
     try:
