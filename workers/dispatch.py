@@ -5,7 +5,8 @@ each change to the keys it concerns: the object's own key when a controller owns
 its controlling owner's key (a pod's change wakes its ReplicaSet), and for a pod, every object
 in its namespace that selects pods by label rather than owning them (disruption budgets,
 quotas: see ``NamespaceIndex``), and the Services whose selector picks it, or picked it
-(``ServiceSelectors``). A deleted object that may own others, or one marked deleting,
+(``ServiceSelectors``); for a ConfigMap or Secret, the Deployments whose template references
+it (``ConfigReferences``). A deleted object that may own others, or one marked deleting,
 enqueues the garbage collector's key for it
 (``garbage_key``); a namespace's change enqueues the namespace controller. Each batch of changes
 enqueues each key once, and a key already pending is not enqueued again. Several dispatchers
@@ -18,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from app.core.controllers.deployment.config import references
 from app.core.controllers.endpointslice import ServiceSelectors
 from app.core.controllers.garbage import FOREGROUND, key_name
 from app.core.errors import Gone
@@ -32,6 +34,8 @@ from workers.controllers.garbage import KIND as GARBAGE
 log = logging.getLogger(__name__)
 # Kinds whose objects select pods by label: any pod change in a namespace wakes all of them there.
 SELECTING = ("PodDisruptionBudget", "ResourceQuota")
+# Kinds whose content a Deployment's template may reference: a change wakes those Deployments.
+CONFIG_KINDS = ("ConfigMap", "Secret")
 # Kinds that own nothing here: a pod's deletion needs no collection (and a 100,000-pod Job
 # would otherwise be 100,000 keys), and Leases and Events are the busiest tables.
 NOT_OWNERS = ("Pod", "Event", "Lease")
@@ -54,16 +58,49 @@ def garbage_key(ch: Change) -> Key | None:
     return (GARBAGE, ch.namespace, key_name(ch.kind, ch.uid))
 
 
+class ConfigReferences:
+    """Which Deployments' templates reference each ConfigMap and Secret, kept from the stream:
+    a change of one wakes them (config rollouts, ADR 0047)."""
+
+    def __init__(self) -> None:
+        self._users: dict[Key, set[str]] = {}  # (kind, namespace, name) -> Deployment names
+        self._refs: dict[tuple[str, str], set[Key]] = {}  # (namespace, Deployment) -> refs
+
+    def observe(self, ch: Change) -> None:
+        dep = (ch.namespace, ch.name)
+        for ref in self._refs.pop(dep, set()):
+            users = self._users.get(ref)
+            if users is not None:
+                users.discard(ch.name)
+                if not users:
+                    del self._users[ref]
+        if ch.op == "D":
+            return
+        template = (ch.obj.get("spec") or {}).get("template") or {}
+        refs = {(kind, ch.namespace, name) for kind, name in references(template)}
+        if refs:
+            self._refs[dep] = refs
+            for ref in refs:
+                self._users.setdefault(ref, set()).add(ch.name)
+
+    def users(self, ch: Change) -> list[Key]:
+        names = self._users.get((ch.kind, ch.namespace, ch.name), ())
+        return [("Deployment", ch.namespace, n) for n in sorted(names)]
+
+
 class NamespaceIndex:
     """The names of the pod-selecting objects in each namespace, kept from the stream."""
 
     def __init__(self) -> None:
         self._by_ns: dict[str, dict[Key, None]] = {}
         self.services = ServiceSelectors()  # Services wake only for the pods they select
+        self.configs = ConfigReferences()  # ConfigMaps and Secrets wake the Deployments using them
 
     def observe(self, ch: Change) -> None:
         if ch.kind == "Service":
             self.services.observe_service(ch.namespace, ch.name, None if ch.op == "D" else ch.obj)
+        if ch.kind == "Deployment":
+            self.configs.observe(ch)
         if ch.kind not in SELECTING:
             return
         keys = self._by_ns.setdefault(ch.namespace, {})
@@ -102,6 +139,8 @@ def keys_of(
             if ch.kind == "Pod":
                 seen.update(dict.fromkeys(index.selecting(ch.namespace)))
                 seen.update(dict.fromkeys(index.services_of(ch)))
+            elif ch.kind in CONFIG_KINDS and "Deployment" in CONTROLLERS:
+                seen.update(dict.fromkeys(index.configs.users(ch)))
         if ch.kind in CONTROLLERS and ch.kind not in skip:
             seen[(ch.kind, ch.namespace, ch.name)] = None
         if (gc := garbage_key(ch)) is not None:

@@ -140,19 +140,30 @@ def describe(policy: str, broken: Iterable[Violation]) -> str:
     return f'AdmissionPolicy "{policy}": {parts}'
 
 
-def forbidden(kind_plural: str, name: str, denied: Iterable[Violation]) -> Forbidden:
-    """The 403 for a refused object: every policy and rule it breaks, each field a cause."""
-    denied = list(denied)
+def refusal(denied: Iterable[Violation]) -> str:
+    """``violates AdmissionPolicy "p": rule (what); ...`` for every policy broken."""
     by_policy: dict[str, list[Violation]] = {}
     for v in denied:
         by_policy.setdefault(v.policy, []).append(v)
-    said = "; ".join(f"violates {describe(p, vs)}" for p, vs in by_policy.items())
+    return "; ".join(f"violates {describe(p, vs)}" for p, vs in by_policy.items())
+
+
+def forbidden(
+    kind_plural: str, name: str, denied: Iterable[Violation], *, prefixed: bool = True
+) -> Forbidden:
+    """The 403 for a refused object: every policy and rule it breaks, each field a cause.
+    The message starts ``pods "x" is forbidden:`` as the API says it; ``prefixed=False`` leaves
+    that out for a controller, whose ``FailedCreate`` Event says it in its own words
+    (``workers.outcome.failure_note``)."""
+    denied = list(denied)
+    said = refusal(denied)
     causes = [
         Cause(v.field, "FieldValueForbidden", f'AdmissionPolicy "{v.policy}" rule {v.rule}: '
               f"{v.message}")
         for v in denied
     ]  # fmt: skip
-    return Forbidden(f'{kind_plural} "{name}" is forbidden: {said}', kind_plural, name, causes)
+    message = f'{kind_plural} "{name}" is forbidden: {said}' if prefixed else said
+    return Forbidden(message, kind_plural, name, causes)
 
 
 __all__ = [
@@ -165,5 +176,6 @@ __all__ = [
     "Violation",
     "forbidden",
     "pod_spec",
+    "refusal",
     "review",
 ]

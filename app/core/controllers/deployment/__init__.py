@@ -35,7 +35,9 @@ point the Deployment task (``workers.controllers.deployment``) calls.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
+from app.core.controllers.deployment.config import Configs, Pinned, pin, unused
 from app.core.controllers.deployment.replicasets import (
     _RS,
     DESIRED_REPLICAS,
@@ -99,16 +101,22 @@ __all__ = [
 _MAX_STEPS = 100
 
 
-def reconcile(dep: Obj, replicasets: list[Obj], pods: list[Obj], now: float) -> Plan:
+def reconcile(
+    dep: Obj, replicasets: list[Obj], pods: list[Obj], now: float, configs: Configs | None = None
+) -> Plan:
     """The writes that move ``dep``'s ReplicaSets one step further and its new status.
 
     ``replicasets`` and ``pods`` are those of the Deployment's namespace (any superset of its
     own will do: ownership is by controller uid). Pods are read only by Recreate, which waits
-    for the old ones to be gone.
+    for the old ones to be gone. ``configs``: the ConfigMaps and Secrets the template
+    references and the Deployment's snapshots of them (:mod:`.config`); the template is pinned
+    to those snapshots before it is hashed, so a change of their content rolls out.
     """
     if is_deleting(dep):
         return Plan()
     d = _Spec.of(dep)
+    pinned = pin(dep, d.template, configs) if configs is not None else Pinned(d.template)
+    d = dataclasses.replace(d, template=pinned.template)
     owned = [
         rs
         for rs in replicasets
@@ -161,8 +169,16 @@ def reconcile(dep: Obj, replicasets: list[Obj], pods: list[Obj], now: float) -> 
 
     creates = tuple(rs.render_create(dep) for rs in [new] if rs is not None and rs.obj is None)
     updates = tuple(u for rs in [new, *olds] if rs is not None for u in rs.render_update())
+    if configs is not None:
+        gone = {x.uid for x in deletes}
+        kept = [
+            rs.template
+            for rs in [new, *olds]
+            if rs is not None and (rs.obj is None or rs.obj["metadata"]["uid"] not in gone)
+        ]
+        deletes += tuple(delete_of(s) for s in unused(configs, [d.template, *kept]))
     return Plan(
-        creates=creates,
+        creates=pinned.creates + creates,  # the snapshots first: the new pods read them
         deletes=deletes,
         updates=updates,
         status=status if status != (dep.get("status") or {}) else None,
