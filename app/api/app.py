@@ -15,6 +15,7 @@ from litestar.exceptions import HTTPException
 from app.api.auth import Authenticator
 from app.api.authz import RBAC, Authorization, escalation_guard
 from app.api.background import RevisionerProcess, housekeeping
+from app.api.core_events import HANDLERS as CORE_EVENT_HANDLERS
 from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
 from app.api.fairness import FairShare, fairness_lifespan
@@ -24,6 +25,7 @@ from app.api.nodeauth import HANDLERS as NODE_AUTH_HANDLERS
 from app.api.nodeauth import credential_lifespan
 from app.api.openapi import HANDLERS as OPENAPI_HANDLERS
 from app.api.responses import error_response
+from app.api.reviews import HANDLERS as REVIEW_HANDLERS
 from app.api.routes import all_handlers
 from app.api.scale import HANDLERS as SCALE_HANDLERS
 from app.api.secrets import HANDLERS as SECRET_KEY_HANDLERS
@@ -142,8 +144,10 @@ def create_litestar() -> Litestar:
             *USAGE_HANDLERS,
             *LOG_HANDLERS,
             *SCALE_HANDLERS,
+            *CORE_EVENT_HANDLERS,
             *NODE_AUTH_HANDLERS,
             *SUBSCRIBER_HANDLERS,
+            *REVIEW_HANDLERS,
             *TOKEN_HANDLERS,
             *SECRET_KEY_HANDLERS,
             *OPENAPI_HANDLERS,

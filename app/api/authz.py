@@ -15,14 +15,16 @@ answered exactly as if the namespace did not exist, see :class:`ScopedCache`), o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from app.core import errors
-from app.core.authz import Attributes, Authorizer, Decision, forbidden_message
+from app.core.authz import Attributes, Decision, forbidden_message
+from app.core.authz.builtin import METRICS_GROUP
 from app.core.authz.rbac import Policy
-from app.core.kinds import BY_KIND, Kind
+from app.core.kinds import BY_KIND, BY_PLURAL, GROUP, Kind
 from app.store.tokens import User
 from app.stream.cache import Cached, WatchCache, Watcher
 
@@ -85,7 +87,7 @@ class Authorization:
     """The chain of authorizers (``app.state.authz``)."""
 
     rbac: RBAC
-    chain: list[Authorizer] = field(default_factory=list)
+    chain: list[Any] = field(default_factory=list)  # Authorizer, or has .authorize
 
     def __post_init__(self) -> None:
         if not self.chain:
@@ -94,7 +96,8 @@ class Authorization:
     def authorize(self, user: User, attrs: Attributes) -> Decision:
         """The first allowing decision of the chain, else a denial."""
         for authorizer in self.chain:
-            decision = authorizer(user, attrs)
+            decide = getattr(authorizer, "authorize", authorizer)  # a callable or an object
+            decision: Decision = decide(user, attrs)
             if decision.allowed:
                 return decision
         return Decision(False, forbidden_message(user, attrs))
@@ -197,9 +200,80 @@ def scoped(cache: WatchCache, namespaces: list[str]) -> WatchCache:
     return cast(WatchCache, ScopedCache(cache, namespaces))
 
 
-def authorization(request_state: Any) -> Authorization:
-    authz: Authorization = request_state.authz
-    return authz
+def authorize_request(request: Any, user: User, attrs: Attributes) -> None:
+    """Authorise one request to a kind's endpoint, scoping what its handler sees.
+
+    Allowed: nothing changes. A namespace the principal holds nothing in: the handler runs
+    over a :class:`ScopedCache` in which that namespace does not exist (same status, body and
+    work as a missing namespace). A list or watch across namespaces (and the list of
+    namespaces itself) without a cluster-wide grant: the handler sees only the namespaces
+    where the principal may list, and a watch's events are filtered the same way as RBAC
+    changes (``request.state.namespace_filter``). Otherwise 403 naming the permission.
+    """
+    objects, namespace_filter = scope(request.app.state, user, attrs)
+    if namespace_filter is not None:
+        request.state.objects = objects
+        request.state.namespace_filter = namespace_filter
+
+
+def objects_of(request: Any) -> Any:
+    """The ``Objects`` a handler authorised by :func:`authorize_request` should use."""
+    return getattr(request.state, "objects", None) or request.app.state.objects
+
+
+def in_reach(request: Any, namespace: str) -> bool:
+    """Whether ``namespace`` is one the request's principal may see (for handlers that answer
+    from somewhere other than the watch cache, such as the usage store)."""
+    allowed = getattr(request.state, "namespace_filter", None)
+    return allowed is None or bool(allowed(namespace))
+
+
+def scope(state: Any, user: User, attrs: Attributes) -> tuple[Any, Callable[[str], bool] | None]:
+    """The objects (``app.api.service.Objects``) ``user`` may see for ``attrs``, and the
+    namespace predicate for its watch events (None when nothing is narrowed); see
+    :func:`authorize_request`."""
+    authz: Authorization = state.authz
+    kind = BY_PLURAL.get(attrs.resource) if attrs.group in (GROUP, METRICS_GROUP) else None
+    across = (
+        attrs.verb in ("list", "watch")
+        and kind is not None
+        and ((kind.namespaced and not attrs.namespace) or kind.kind == "Namespace")
+    )
+    if across:
+        namespaces = authz.namespaces(user, attrs)
+        if namespaces is None:
+            return state.objects, None
+        outcome = HIDDEN
+    else:
+        outcome = authz.check(user, attrs)
+        namespaces = []
+    objects = state.objects
+    if outcome == ALLOWED:
+        return objects, None
+    narrowed = dataclasses.replace(objects, cache=scoped(objects.cache, namespaces))
+    allowed = authz.namespace_filter(user, attrs)
+    return narrowed, allowed or (lambda ns: True)
+
+
+def escalation_guard(authz: Authorization) -> Callable[[Kind, dict[str, Any], User], None]:
+    """The check that a Role, ClusterRole or binding being stored grants nothing its writer
+    does not hold (or may ``escalate``/``bind``), as Kubernetes does; 403 otherwise."""
+
+    def guard(kind: Kind, obj: dict[str, Any], user: User) -> None:
+        if kind.kind not in RBAC_KINDS:
+            return
+        missing = authz.rbac.current().escalation(user, kind.kind, obj)
+        if not missing:
+            return
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        raise errors.Forbidden(
+            f'{kind.plural} "{name}" is forbidden: User "{user.name}" is attempting to grant '
+            f"permissions it does not hold: {'; '.join(missing[:20])}",
+            kind=kind.plural,
+            name=name or None,
+        )
+
+    return guard
 
 
 __all__ = [
@@ -208,5 +282,8 @@ __all__ = [
     "RBAC",
     "Authorization",
     "ScopedCache",
+    "authorize_request",
+    "escalation_guard",
+    "scope",
     "scoped",
 ]

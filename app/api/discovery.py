@@ -13,6 +13,7 @@ from app.api.fairness import metric_lines
 from app.api.responses import json_response
 from app.api.routes import guarded
 from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
+from app.core.scale import SCALED
 from app.store.tokens import User
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -67,6 +68,12 @@ def resources() -> dict[str, Any]:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if k.kind in SCALED:  # kubectl scale finds Scale's group and version here
+            items.append(
+                {"name": f"{k.plural}/scale", "singularName": "", "namespaced": True}
+                | {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+                | {"verbs": ["get", "patch", "update"]}
+            )
         if k.kind == "Pod":
             for name, verbs in POD_SUBRESOURCES:
                 items.append(
@@ -85,6 +92,8 @@ def resources() -> dict[str, Any]:
 async def apis(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
         groups = [group(), group(METRICS_GROUP)]
+        # The access reviews (app.api.reviews), also where kubectl posts them.
+        groups += [group(f"authorization.{GROUP}"), group("authorization.k8s.io")]
         return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
     return await guarded(request, run)

@@ -166,10 +166,10 @@ async def run_eviction(
     objects: Objects, namespace: str, name: str, body: bytes, user: User
 ) -> Response[Any]:
     opts = parse_eviction(body, namespace, name)
+    cached = objects.get(POD, namespace, name)  # 404 unless there and visible to the caller
     pre = opts.get("preconditions") or {}
     expected_row = None
     if pre.get("resourceVersion"):
-        cached = objects.get(POD, namespace, name)
         if str(cached.revision) != pre["resourceVersion"]:
             raise errors.Conflict(
                 f'Operation cannot be fulfilled on pods "{name}": the precondition does not '

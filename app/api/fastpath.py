@@ -27,13 +27,14 @@ from typing import Any
 import msgspec
 from litestar import Litestar
 
-from app.api import secret_view
+from app.api import authz, secret_view
 from app.api.responses import JSON, error_parts
 from app.api.routes import PREFIX, as_user
 from app.api.service import MAX_BODY, Objects
 from app.api.usage import PREFIX as USAGE_PREFIX
-from app.api.usage import record_sample
+from app.api.usage import record_sample, sample_attributes
 from app.core import errors
+from app.core.authz import Attributes
 from app.core.kinds import BY_PLURAL, Kind
 from app.store.tokens import User
 
@@ -81,9 +82,15 @@ class FastWrites:
     async def _replace(
         self, scope: Scope, receive: Receive, kind: Kind, namespace: str, name: str, status: bool
     ) -> Answer:
-        objects: Objects = self.app.state.objects
-
         async def run(user: User) -> bytes:
+            attrs = Attributes(
+                "update",
+                kind.plural,
+                name if kind.kind == "Namespace" else namespace,
+                name,
+                "status" if status else "",
+            )
+            objects: Objects = authz.scope(self.app.state, user, attrs)[0]
             body = await _body(receive)
             cached = await objects.replace(kind, namespace, name, body, user, status)
             return secret_view.reveal(self.app.state, user, kind, cached.raw)
@@ -94,6 +101,7 @@ class FastWrites:
         state = self.app.state
 
         async def run(user: User) -> bytes:
+            authz.scope(state, user, sample_attributes(node))
             return _encode(await record_sample(state, node, await _body(receive)))
 
         return await self._answer(scope, 201, run)
@@ -126,7 +134,7 @@ def _target(scope: Scope) -> tuple[Kind, str, str, bool] | None:
     if scope.get("type") != "http" or scope.get("method") != "PUT":
         return None
     m = _ITEM.match(scope.get("path", ""))
-    if m is None:
+    if m is None or b"dryRun" in scope.get("query_string", b""):  # the route honours dryRun
         return None
     kind = BY_PLURAL.get(m["plural"])
     namespaced = m["ns"] is not None

@@ -8,9 +8,10 @@ reported ``status.addresses`` / ``daemonEndpoints``) and then streams bytes. Wit
 the response is a chunked stream that ends when the agent ends it (the run ended) or the
 client goes away, which closes the connection to the agent too.
 
-The API server authenticates to agents with the shared secret ``QM_AGENT_SERVER_TOKEN`` from
-its environment (none: agents are called without credentials). With ``QM_AGENT_CA_FILE`` set,
-agents are called over HTTPS and their certificates checked against that CA (ADR 0050).
+The API server authenticates to agents with a credential of its own (user
+``system:apiserver``, minted at start by ``app.api.nodeauth``), which the agent checks with a
+token review (ADR 0045). With ``QM_AGENT_CA_FILE`` set, agents are called over HTTPS and
+their certificates checked against that CA (ADR 0050).
 Errors are ``kind: Status``: 422 for malformed parameters, 404 for an unknown pod or
 container, 400 for a pod not bound yet or a run that is not there (``previous`` before any
 restart), 503 when the agent cannot be reached or refuses the API server.
@@ -31,16 +32,18 @@ from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
+from app.api import authz
+from app.api.nodeauth import agent_credential
 from app.api.routes import PREFIX, guarded
 from app.api.service import Objects
 from app.core import errors
+from app.core.authz import Attributes
 from app.core.errors import Cause
 from app.core.kinds import BY_KIND
 from app.store.tokens import User
 
 POD = BY_KIND["Pod"]
 NODE = BY_KIND["Node"]
-TOKEN_ENV = "QM_AGENT_SERVER_TOKEN"
 AGENT_CA_ENV = "QM_AGENT_CA_FILE"
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 60.0
@@ -151,9 +154,9 @@ def _agent_verify() -> ssl.SSLContext | bool:
     return ssl.create_default_context(cafile=ca_file) if ca_file else True
 
 
-async def relay(url: str, node: str, follow: bool) -> Response[Any]:
-    """Open ``url`` on the agent and stream its body back, closing both ends together."""
-    token = os.environ.get(TOKEN_ENV)
+async def relay(url: str, node: str, follow: bool, token: str | None) -> Response[Any]:
+    """Open ``url`` on the agent with this server's credential (``app.api.nodeauth``) and
+    stream its body back, closing both ends together."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=None if follow else 60.0)
     client = httpx.AsyncClient(timeout=timeout, verify=_agent_verify())
@@ -189,7 +192,13 @@ async def relay(url: str, node: str, follow: bool) -> Response[Any]:
     )
 
 
-async def read_log(objects: Objects, namespace: str, name: str, params: Mapping[str, str]) -> Any:
+async def read_log(
+    objects: Objects,
+    namespace: str,
+    name: str,
+    params: Mapping[str, str],
+    credential: str | None = None,
+) -> Any:
     query = parse_query(params, name)
     pod = objects.get(POD, namespace, name).obj()
     container = pick_container(pod, query.container)
@@ -205,7 +214,7 @@ async def read_log(objects: Objects, namespace: str, name: str, params: Mapping[
     path = "/".join(quote(p, safe="") for p in (namespace, name, container))
     scheme = "https" if os.environ.get(AGENT_CA_ENV) else "http"
     url = f"{agent_base_url(node, scheme)}/containerLogs/{path}?{query.agent_query()}"
-    return await relay(url, node_name, query.follow)
+    return await relay(url, node_name, query.follow, credential)
 
 
 @get(
@@ -216,11 +225,13 @@ async def read_log(objects: Objects, namespace: str, name: str, params: Mapping[
 )
 async def get_log(request: Request[Any, Any, Any], namespace: str, name: str) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        objects: Objects = request.app.state.objects
-        return await read_log(objects, namespace, name, dict(request.query_params))
+        objects: Objects = authz.objects_of(request)
+        credential = agent_credential(request.app.state)
+        return await read_log(objects, namespace, name, dict(request.query_params), credential)
 
     follow = request.query_params.get("follow") in _TRUE
-    return await guarded(request, run, count=not follow)  # a follow may last for hours
+    attrs = Attributes("get", "pods", namespace, name, "log")
+    return await guarded(request, run, count=not follow, attrs=attrs)  # a follow: for hours
 
 
 HANDLERS: list[HTTPRouteHandler] = [get_log]

@@ -14,8 +14,10 @@ from litestar import Request, Response, delete, get, patch, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
-from app.api import fairness, secret_view, watch
+from app.api import fairness, secret_view, tables, watch
 from app.api.auth import Authenticator
+from app.api.authz import authorize_request
+from app.api.dry_run import wants_dry_run
 from app.api.responses import (
     error_response,
     json_response,
@@ -25,10 +27,11 @@ from app.api.responses import (
 )
 from app.api.service import Objects, decode_body
 from app.core import errors
+from app.core.authz import Attributes
 from app.core.authz import node as node_authz
 from app.core.kinds import API_VERSION, KINDS, Kind
 from app.store.tokens import User
-from app.stream.cache import Watcher
+from app.stream.cache import Matcher, Watcher
 
 PREFIX = f"/apis/{API_VERSION}"
 Handler = Callable[[User], Awaitable[Response[Any]]]
@@ -47,20 +50,45 @@ async def as_user(
 
 
 async def guarded(
-    request: Request[Any, Any, Any], fn: Handler, count: bool = True
-) -> Response[Any]:
-    """:func:`as_user`, with errors mapped to Status."""
+    request: Request[Any, Any, Any], fn: Handler, count: bool = True,
+    attrs: Attributes | None = None,
+) -> Response[Any]:  # fmt: skip
+    """:func:`as_user`, with the request authorised for ``attrs`` first (``app.api.authz``:
+    allowed, answered as if its namespace did not exist, or 403), errors mapped to Status."""
+
+    async def run(user: User) -> Response[Any]:
+        if attrs is not None:
+            authorize_request(request, user, attrs)
+        return await fn(user)
+
     try:
         return await as_user(
-            request.app.state.auth, request.headers.get("authorization"), fn, count
+            request.app.state.auth, request.headers.get("authorization"), run, count
         )
     except errors.StatusError as exc:
         return error_response(exc)
 
 
 def _objects(request: Request[Any, Any, Any]) -> Objects:
-    objects: Objects = request.app.state.objects
+    """The server's objects, as this request's principal may see them (``app.api.authz``)."""
+    objects: Objects = getattr(request.state, "objects", None) or request.app.state.objects
     return objects
+
+
+def _in_reach(
+    request: Request[Any, Any, Any], kind: Kind, fields: Matcher | None
+) -> Matcher | None:
+    """A watch's field matcher, narrowed to the namespaces its principal may watch (checked
+    per event, so RBAC changes apply to open watches)."""
+    allowed = getattr(request.state, "namespace_filter", None)
+    if allowed is None:
+        return fields
+    key = "metadata.name" if kind.kind == "Namespace" else "metadata.namespace"
+    return lambda f: allowed(f.get(key, "")) and (fields is None or fields(f))
+
+
+def _reading(request: Request[Any, Any, Any]) -> str:
+    return "watch" if _truthy(request.query_params.get("watch")) else "list"
 
 
 def _int_param(request: Request[Any, Any, Any], name: str) -> int | None:
@@ -90,7 +118,7 @@ async def _list_or_watch(
         raise errors.Forbidden(refusal, kind=kind.plural)
     if _truthy(q.get("watch")):
         labels, fields = objects.matchers(kind, q.get("labelSelector"), q.get("fieldSelector"))
-        w = Watcher(kind, namespace, labels, fields)
+        w = Watcher(kind, namespace, labels, _in_reach(request, kind, fields))
         rv = q.get("resourceVersion")
         since = None if rv in (None, "", "0") else int(rv) if rv.isdigit() else None
         if rv not in (None, "", "0") and since is None:
@@ -107,6 +135,8 @@ async def _list_or_watch(
             kind,
         )
         gen = secret_view.reveal_stream(request.app.state, user, kind, gen)
+        if (ask := tables.table_request(request)) is not None:  # kubectl get -w
+            gen = tables.table_stream(kind, ask, gen)
         return Stream(
             gen,
             media_type="application/json",
@@ -122,6 +152,8 @@ async def _list_or_watch(
         resource_version=q.get("resourceVersion"),
     )
     items = secret_view.reveal_all(request.app.state, user, kind, items)
+    if (ask := tables.table_request(request)) is not None:  # kubectl get: the server prints
+        return tables.list_response(kind, ask, items, revision, cont)
     return raw_response(list_body(kind, items, revision, cont))
 
 
@@ -155,6 +187,14 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
     def ns_of(request: Request[Any, Any, Any]) -> str:
         return str(request.path_params.get("namespace", "")) if kind.namespaced else ""
 
+    def attrs(
+        request: Request[Any, Any, Any], verb: str, name: str = "", sub: str = ""
+    ) -> Attributes:
+        """The request's attributes; a Namespace is authorised within itself, as Kubernetes
+        does, so a RoleBinding there may grant reading it."""
+        ns = name if kind.kind == "Namespace" else ns_of(request)
+        return Attributes(verb, kind.plural, ns, name, sub)
+
     @get(coll, operation_id=f"list{op}", tags=tag, summary=f"List or watch {kind.plural}")
     async def list_(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
@@ -162,25 +202,33 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
                 request, kind, ns_of(request) if kind.namespaced else None, user
             )
 
-        return await guarded(request, run, count=not _truthy(request.query_params.get("watch")))
+        return await guarded(
+            request,
+            run,
+            count=not _truthy(request.query_params.get("watch")),
+            attrs=attrs(request, _reading(request)),
+        )
 
     @post(
         coll, operation_id=f"create{op}", tags=tag, summary=f"Create a {kind.kind}", status_code=201
     )
     async def create(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
-            c = await _objects(request).create(kind, ns_of(request), await request.body(), user)
+            c = await _objects(request).create(
+                kind, ns_of(request), await request.body(), user, wants_dry_run(request)
+            )
             return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw), 201)
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=Attributes("create", kind.plural, ns_of(request)))
 
     @get(item, operation_id=f"read{op}", tags=tag, summary=f"Read a {kind.kind}")
     async def read(request: Request[Any, Any, Any], name: str) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
             c = _objects(request).get(kind, ns_of(request), name)
-            return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
+            raw = secret_view.reveal(request.app.state, user, kind, c.raw)
+            return tables.object_response(request, kind, raw)
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=attrs(request, "get", name))
 
     def writer(status: bool, path: str, suffix: str) -> list[HTTPRouteHandler]:
         @put(
@@ -192,11 +240,14 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
         async def replace(request: Request[Any, Any, Any], name: str) -> Response[Any]:
             async def run(user: User) -> Response[Any]:
                 c = await _objects(request).replace(
-                    kind, ns_of(request), name, await request.body(), user, status
-                )
+                    kind, ns_of(request), name, await request.body(), user, status,
+                    wants_dry_run(request),
+                )  # fmt: skip
                 return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
-            return await guarded(request, run)
+            return await guarded(
+                request, run, attrs=attrs(request, "update", name, "status" if status else "")
+            )
 
         @patch(
             path,
@@ -214,10 +265,13 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
                     request.headers.get("content-type", ""),
                     user,
                     status,
+                    wants_dry_run(request),
                 )
                 return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
-            return await guarded(request, run)
+            return await guarded(
+                request, run, attrs=attrs(request, "patch", name, "status" if status else "")
+            )
 
         return [replace, patch_]
 
@@ -227,12 +281,14 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
     async def remove(request: Request[Any, Any, Any], name: str) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
             options = _delete_options(request, await request.body())
-            c, uid = await _objects(request).delete(kind, ns_of(request), name, options, user)
+            c, uid = await _objects(request).delete(
+                kind, ns_of(request), name, options, user, wants_dry_run(request)
+            )
             if c is None:
                 return json_response(success_status(kind, name, uid))
             return raw_response(secret_view.reveal(request.app.state, user, kind, c.raw))
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=attrs(request, "delete", name))
 
     handlers += [list_, create, read, remove, *writer(False, item, "")]
     if kind.has_status:
@@ -247,7 +303,7 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
             async def run(user: User) -> Response[Any]:
                 return raw_response(_objects(request).get(kind, ns_of(request), name).raw)
 
-            return await guarded(request, run)
+            return await guarded(request, run, attrs=attrs(request, "get", name, "status"))
 
         handlers += [read_status, *writer(True, item + "/status", "Status")]
     if kind.namespaced:
@@ -262,7 +318,12 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
             async def run(user: User) -> Response[Any]:
                 return await _list_or_watch(request, kind, None, user)
 
-            return await guarded(request, run, count=not _truthy(request.query_params.get("watch")))
+            return await guarded(
+                request,
+                run,
+                count=not _truthy(request.query_params.get("watch")),
+                attrs=Attributes(_reading(request), kind.plural),
+            )
 
         handlers.append(list_all)
     return handlers

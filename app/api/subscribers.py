@@ -21,6 +21,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from app.api.responses import json_response
 from app.api.routes import guarded
+from app.core.authz import Attributes
 from app.core.kinds import GROUP, VERSION
 from app.store.tokens import User
 
@@ -87,7 +88,8 @@ async def list_subscribers(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
         return json_response(await gather(replicas()))
 
-    return await guarded(request, run)
+    group = GROUP_VERSION.split("/")[0]
+    return await guarded(request, run, attrs=Attributes("list", "subscribers", group=group))
 
 
 HANDLERS: list[HTTPRouteHandler] = [list_subscribers]

@@ -30,11 +30,14 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from redis.exceptions import RedisError
 
+from app.api import authz
 from app.api.responses import json_response
 from app.api.routes import guarded
 from app.api.service import Objects
 from app.api.usage_schema import GROUP_VERSION, parse_sample
 from app.core import errors
+from app.core.authz import Attributes
+from app.core.authz.builtin import METRICS_GROUP
 from app.core.kinds import BY_KIND
 from app.store.tokens import User
 from app.store.usage import NodeSample, PodUsage, UsageStore
@@ -149,15 +152,16 @@ def _recorded(node: str) -> dict[str, Any]:
 
 
 async def _with_store(
-    request: Request[Any, Any, Any], fn: Callable[[UsageStore], Awaitable[Any]]
-) -> Response[Any]:
+    request: Request[Any, Any, Any], fn: Callable[[UsageStore], Awaitable[Any]],
+    attrs: Attributes | None = None,
+) -> Response[Any]:  # fmt: skip
     async def run(user: User) -> Response[Any]:
         try:
             return json_response(await fn(store_of(request)))
         except RedisError as exc:
             raise errors.ServiceUnavailable(f"the usage store is unreachable: {exc}") from exc
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=attrs)
 
 
 @post(
@@ -176,7 +180,12 @@ async def create_sample(request: Request[Any, Any, Any], name: str) -> Response[
             await record_sample(request.app.state, name, await request.body()), 201
         )
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=sample_attributes(name))
+
+
+def sample_attributes(node: str) -> Attributes:
+    """A usage sample is a ``create`` of ``nodes/samples`` in the metrics group."""
+    return Attributes("create", "nodes", "", node, "samples", METRICS_GROUP)
 
 
 @get(f"{PREFIX}/nodes", operation_id="listNodeMetrics", tags=TAGS, summary="Usage of every node")
@@ -185,7 +194,7 @@ async def list_nodes(request: Request[Any, Any, Any]) -> Response[Any]:
         items = [node_metrics(s) for s in await store.latest_nodes()]
         return metrics_list("NodeMetricsList", items)
 
-    return await _with_store(request, read)
+    return await _with_store(request, read, Attributes("list", "nodes", group=METRICS_GROUP))
 
 
 @get(f"{PREFIX}/nodes/{{name:str}}", operation_id="readNodeMetrics", tags=TAGS,
@@ -197,26 +206,30 @@ async def read_node(request: Request[Any, Any, Any], name: str) -> Response[Any]
             raise errors.NotFound(f'nodemetrics "{name}" not found', kind="nodes", name=name)
         return node_metrics(sample)
 
-    return await _with_store(request, read)
+    attrs = Attributes("get", "nodes", "", name, group=METRICS_GROUP)
+    return await _with_store(request, read, attrs)
 
 
 @get(f"{PREFIX}/pods", operation_id="listPodMetricsForAllNamespaces", tags=TAGS,
      summary="Usage of every pod")  # fmt: skip
 async def list_all_pods(request: Request[Any, Any, Any]) -> Response[Any]:
     async def read(store: UsageStore) -> dict[str, Any]:
-        return metrics_list("PodMetricsList", [pod_metrics(p) for p in await store.pods(None)])
+        pods = [p for p in await store.pods(None) if authz.in_reach(request, p.namespace)]
+        return metrics_list("PodMetricsList", [pod_metrics(p) for p in pods])
 
-    return await _with_store(request, read)
+    return await _with_store(request, read, Attributes("list", "pods", group=METRICS_GROUP))
 
 
 @get(f"{PREFIX}/namespaces/{{namespace:str}}/pods", operation_id="listPodMetrics", tags=TAGS,
      summary="Usage of a namespace's pods")  # fmt: skip
 async def list_pods(request: Request[Any, Any, Any], namespace: str) -> Response[Any]:
     async def read(store: UsageStore) -> dict[str, Any]:
-        items = [pod_metrics(p) for p in await store.pods(namespace)]
+        reach = authz.in_reach(request, namespace)  # else answered as a missing namespace
+        items = [pod_metrics(p) for p in await store.pods(namespace) if reach]
         return metrics_list("PodMetricsList", items)
 
-    return await _with_store(request, read)
+    attrs = Attributes("list", "pods", namespace, group=METRICS_GROUP)
+    return await _with_store(request, read, attrs)
 
 
 @get(f"{PREFIX}/namespaces/{{namespace:str}}/pods/{{name:str}}", operation_id="readPodMetrics",
@@ -224,11 +237,12 @@ async def list_pods(request: Request[Any, Any, Any], namespace: str) -> Response
 async def read_pod(request: Request[Any, Any, Any], namespace: str, name: str) -> Response[Any]:
     async def read(store: UsageStore) -> dict[str, Any]:
         pod = await store.pod(namespace, name)
-        if pod is None:
+        if pod is None or not authz.in_reach(request, namespace):
             raise errors.NotFound(f'podmetrics "{name}" not found', kind="pods", name=name)
         return pod_metrics(pod)
 
-    return await _with_store(request, read)
+    attrs = Attributes("get", "pods", namespace, name, group=METRICS_GROUP)
+    return await _with_store(request, read, attrs)
 
 
 HANDLERS: list[HTTPRouteHandler] = [

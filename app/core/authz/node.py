@@ -109,20 +109,29 @@ def _allowed(node: str, a: Attributes, graph: NodeGraph) -> bool:
     return check is not None and check(node, a, graph)
 
 
+def _named(a: Attributes, name: str) -> bool:
+    """``a`` names ``name``, or is a create (whose name is in the body, which
+    :func:`admission_refusal` checks once it is decoded)."""
+    return a.name == name or (a.verb == "create" and not a.name)
+
+
 def _node(node: str, a: Attributes, graph: NodeGraph) -> bool:
     if a.subresource == "status":
         return a.name == node and a.verb in _WRITE | _READ
-    return not a.subresource and a.name == node and a.verb in _OWN_NODE
+    return not a.subresource and _named(a, node) and a.verb in _OWN_NODE
 
 
 def _lease(node: str, a: Attributes, graph: NodeGraph) -> bool:
     return (
-        a.namespace == LEASE_NAMESPACE and a.name == node and not a.subresource and a.verb in _LEASE
+        a.namespace == LEASE_NAMESPACE
+        and _named(a, node)
+        and not a.subresource
+        and a.verb in _LEASE
     )
 
 
 def _namespace(node: str, a: Attributes, graph: NodeGraph) -> bool:
-    return a.name == LEASE_NAMESPACE and not a.subresource and a.verb in ("get", "create")
+    return _named(a, LEASE_NAMESPACE) and not a.subresource and a.verb in ("get", "create")
 
 
 def _pod(node: str, a: Attributes, graph: NodeGraph) -> bool:
@@ -191,6 +200,26 @@ def selector_refusal(
         f'pods is forbidden: User "{user.name}" may list and watch only the pods of its node: '
         f"the request must carry fieldSelector={pods_selector(node)}"
     )
+
+
+def admission_refusal(user: Principal, kind: str, obj: Mapping[str, Any]) -> str | None:
+    """Why a node may not store ``obj`` (None: nothing against it). A create's attributes
+    carry no name, so the authorizer lets a node create Nodes, Leases and the lease namespace;
+    this check, run on the decoded object before it is stored, keeps each node to its own (as
+    Kubernetes' NodeRestriction admission does)."""
+    node = node_of(user)
+    if node is None:
+        return None
+    meta = obj.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace") or ""
+    own = {
+        "Node": name == node,
+        "Lease": name == node and namespace == LEASE_NAMESPACE,
+        "Namespace": name == LEASE_NAMESPACE,
+    }.get(kind, True)
+    if own:
+        return None
+    return f'{kind} "{name}" is forbidden: User "{user.name}" may write only its own node\'s {kind}'
 
 
 # -- the graph's pure part: what a pod references ---------------------------------------------

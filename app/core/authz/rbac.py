@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.core.authz import MASTERS, Attributes, Decision, Principal
+from app.core.authz import AUTHENTICATED, MASTERS, Attributes, Decision, Principal
 from app.core.authz.builtin import CLUSTER_BINDINGS, CLUSTER_ROLES, METRICS_GROUP, reserved
 from app.core.authz.rules import ALL, Rule, any_allows, from_dict, uncovered
 from app.core.kinds import GROUP
@@ -55,7 +55,10 @@ def subject_key(subject: Any, namespace: str) -> str | None:
 
 
 def subject_keys(user: Principal) -> list[str]:
-    return [f"User:{user.name}", *(f"Group:{g}" for g in user.groups)]
+    """Index keys of ``user``; every principal is in ``system:authenticated``, even one whose
+    credential does not list it."""
+    groups = user.groups if AUTHENTICATED in user.groups else (*user.groups, AUTHENTICATED)
+    return [f"User:{user.name}", *(f"Group:{g}" for g in groups)]
 
 
 def _meta(obj: Obj) -> tuple[str, str]:
