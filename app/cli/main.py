@@ -20,6 +20,8 @@ from app.core.kinds import BY_KIND, Kind
 
 from . import printers
 from .apply import PROPAGATION, run_apply, run_delete
+from .auth import COMMANDS as AUTH_COMMANDS
+from .auth import add_parsers as add_auth_parsers
 from .client import CLIENT_VERSION, ApiClient
 from .config import ConfigError, load_config
 from .context import Context, UsageError, resolve_one_kind
@@ -101,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_top_parsers(sub, common)
     add_secret_parsers(sub, common)
     add_token_parsers(sub, common)
+    add_auth_parsers(sub, common)
     return parser
 
 
@@ -179,6 +182,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     **TOP_COMMANDS,
     **SECRET_COMMANDS,
     **TOKEN_COMMANDS,
+    **AUTH_COMMANDS,
 }
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -76,10 +79,14 @@ def admin(api_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def clients(api_server, admin, db) -> Iterator[dict[str, httpx.Client]]:  # type: ignore[no-untyped-def]
+def tokens(admin, db) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {user: _token(db, user, ("system:authenticated",)) for user in (*USERS, "nobody")}
+
+
+@pytest.fixture(scope="module")
+def clients(api_server, tokens) -> Iterator[dict[str, httpx.Client]]:  # type: ignore[no-untyped-def]
     out = {}
-    for user in (*USERS, "nobody"):
-        token = _token(db, user, ("system:authenticated",))
+    for user, token in tokens.items():
         out[user] = httpx.Client(
             base_url=api_server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
         )
@@ -329,3 +336,28 @@ def test_access_reviews(clients) -> None:  # type: ignore[no-untyped-def]
     assert any("pods" in rule["resources"] and "list" in rule["verbs"] for rule in rules)
     groups = {g["name"] for g in clients["nobody"].get("/apis").json()["groups"]}
     assert {"authorization.quaymaster.io", "authorization.k8s.io"} <= groups
+
+
+def test_qm_auth_can_i(api_server, tokens, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = tmp_path / "config.yaml"
+    config.write_text("server: http://127.0.0.1:9\ntoken: not-the-token\n")
+
+    def qm(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "QM_CONFIG": str(config), "QM_SERVER": api_server.url,
+               "QM_TOKEN": tokens[user]}  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *args],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    yes = qm("eddie", "auth", "can-i", "create", "deploy", "-n", TEAM_A)
+    assert (yes.returncode, yes.stdout.strip()) == (0, "yes"), yes.stderr
+    no = qm("vera", "auth", "can-i", "delete", "pods", "-n", TEAM_A)
+    assert (no.returncode, no.stdout.strip()) == (1, "no"), no.stderr
+    assert qm("eddie", "auth", "can-i", "get", "pods/log", "-n", TEAM_A).stdout.strip() == "yes"
+    assert qm("eddie", "auth", "can-i", "list", "pods", "-n", TEAM_B).stdout.strip() == "no"
+    assert qm("eddie", "auth", "can-i", "list", "nodes").stdout.strip() == "no"
+    listed = qm("vera", "auth", "can-i", "--list", "-n", TEAM_A)
+    assert listed.returncode == 0, listed.stderr
+    assert "RESOURCES" in listed.stdout and "pods" in listed.stdout, listed.stdout
+    assert "[get list watch]" in listed.stdout, listed.stdout
