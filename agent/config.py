@@ -8,7 +8,9 @@ need neither the process's arguments nor its environment.
 | setting | flag | variable | default |
 |---|---|---|---|
 | API URL | ``--server`` | ``QM_API_URL`` | ``http://127.0.0.1:8080`` |
-| token | ``--token`` | ``QM_AGENT_TOKEN``, else ``QM_BOOTSTRAP_TOKEN`` | none |
+| token (skips the join) | ``--token`` | ``QM_AGENT_TOKEN`` | none: the node's own credential |
+| bootstrap token | ``--bootstrap-token`` | ``QM_AGENT_BOOTSTRAP_TOKEN`` | none |
+| bootstrap token file | ``--bootstrap-token-file`` | ``QM_AGENT_BOOTSTRAP_TOKEN_FILE`` | none |
 | node name | ``--node-name`` | ``QM_NODE_NAME`` | the hostname override, else the hostname |
 | node hostname | ``--hostname-override`` | ``QM_HOSTNAME_OVERRIDE`` | the node name |
 | zone | ``--zone`` | ``QM_AGENT_ZONE`` | none |
@@ -25,7 +27,6 @@ need neither the process's arguments nor its environment.
 | cluster DNS domain | ``--cluster-domain`` | ``QM_AGENT_CLUSTER_DOMAIN`` | ``cluster.local`` |
 | agent server address | ``--address`` | ``QM_AGENT_ADDRESS`` | ``127.0.0.1`` |
 | agent server port (0: any) | ``--port`` | ``QM_AGENT_PORT`` | ``10250`` |
-| agent server token | ``--server-token`` | ``QM_AGENT_SERVER_TOKEN`` | none (no auth) |
 | CA that signed the API server's certificate | ``--ca-file`` | ``QM_CA_FILE`` | the system's |
 | agent server cert (HTTPS) | ``--tls-cert-file`` | ``QM_AGENT_TLS_CERT_FILE`` | none (HTTP) |
 | agent server key | ``--tls-key-file`` | ``QM_AGENT_TLS_KEY_FILE`` | none |
@@ -88,7 +89,7 @@ class AgentConfig:
     images_dir: Path | None = None  # the runc runtime's images; None: <state dir>/images
     address: str = "127.0.0.1"
     port: int = 10250
-    server_token: str | None = None
+    bootstrap_token: str | None = None  # joins the cluster once (agent.credentials)
     log_max_bytes: int = 10 * 2**20
     log_keep: int = 3
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
@@ -126,8 +127,10 @@ _EVICTION_FLAGS = (
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m agent", description="Quaymaster node agent")
     p.add_argument("--server", default=env.get("QM_API_URL") or DEFAULT_SERVER)
+    p.add_argument("--token", default=env.get("QM_AGENT_TOKEN") or None)
+    p.add_argument("--bootstrap-token", default=env.get("QM_AGENT_BOOTSTRAP_TOKEN") or None)
     p.add_argument(
-        "--token", default=env.get("QM_AGENT_TOKEN") or env.get("QM_BOOTSTRAP_TOKEN") or None
+        "--bootstrap-token-file", default=env.get("QM_AGENT_BOOTSTRAP_TOKEN_FILE") or None
     )
     p.add_argument("--node-name", default=env.get("QM_NODE_NAME") or "")
     p.add_argument("--hostname-override", default=env.get("QM_HOSTNAME_OVERRIDE") or "")
@@ -139,7 +142,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--node-ip", default=env.get("QM_AGENT_NODE_IP") or "127.0.0.1")
     p.add_argument("--address", default=env.get("QM_AGENT_ADDRESS") or "127.0.0.1")
     p.add_argument("--port", default=env.get("QM_AGENT_PORT") or "10250")
-    p.add_argument("--server-token", default=env.get("QM_AGENT_SERVER_TOKEN") or None)
     p.add_argument("--log-max-bytes", default=env.get("QM_AGENT_LOG_MAX_BYTES") or "10485760")
     p.add_argument("--log-keep", default=env.get("QM_AGENT_LOG_KEEP") or "3")
     p.add_argument("--usage-interval", default=env.get("QM_AGENT_USAGE_INTERVAL") or "10")
@@ -201,7 +203,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         reserve=reserve,
         address=args.address,
         port=_int_setting("port", args.port, 0, 65535),
-        server_token=args.server_token,
+        bootstrap_token=_bootstrap_token(args.bootstrap_token, args.bootstrap_token_file),
         log_max_bytes=_int_setting("log max bytes", args.log_max_bytes, 0, 2**40),
         log_keep=_int_setting("log keep", args.log_keep, 0, 100),
         eviction=eviction,
@@ -216,6 +218,19 @@ def parse(argv: Sequence[str], env: Mapping[str, str], hostname: str | None = No
         tls_cert_file=args.tls_cert_file,
         tls_key_file=args.tls_key_file,
     )
+
+
+def _bootstrap_token(value: str | None, path: str | None) -> str | None:
+    """The bootstrap token given, else the first line of the file named (kept out of the
+    command line, where any user of the machine could read it)."""
+    if value or not path:
+        return value or None
+    try:
+        return Path(path).read_text().strip() or None
+    except FileNotFoundError:
+        return None  # spent and removed: the saved credential is what counts now
+    except OSError as exc:
+        raise ConfigError(f"bootstrap token file {path}: {exc.strerror}") from None
 
 
 def _netns_setting(value: str) -> str:

@@ -24,15 +24,17 @@ import os
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agent import config as agent_config
-from agent import netns
+from agent import credentials, netns
 from agent.api import POD, AgentApi, Unreachable
 from agent.assignments import AssignmentSource, Refusal, check_fit, refusal_status
 from agent.backoff import CrashLoopBackoff
+from agent.credentials import ApiServerReviewer
 from agent.drain import Drainer
 from agent.lease import LeaseKeeper
 from agent.logs import ContainerLogs
@@ -381,8 +383,9 @@ def build(cfg: agent_config.AgentConfig) -> Agent:
         max_bytes=cfg.log_max_bytes,
         keep=cfg.log_keep,
     )
+    reviewer = ApiServerReviewer(AgentApi(cfg.server, cfg.token, timeout=5.0, ca_file=cfg.ca_file))
     agent.server = AgentServer(
-        logs, address=cfg.address, port=cfg.port, token=cfg.server_token, tls=server_tls(cfg)
+        logs, address=cfg.address, port=cfg.port, reviewer=reviewer, tls=server_tls(cfg)
     )
     usage_api = AgentApi(cfg.server, cfg.token, timeout=5.0, ca_file=cfg.ca_file)
     agent.usage = UsageCollector(
@@ -411,5 +414,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agent: network namespace {cfg.netns} does not exist", file=sys.stderr)
         return 2
 
+    try:
+        cfg = with_credential(cfg)
+    except credentials.JoinError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
     run_until_stopped(lambda stop: build(cfg).run(stop))  # built inside the event loop
     return 0
+
+
+def with_credential(cfg: agent_config.AgentConfig, retry: float = 2.0) -> agent_config.AgentConfig:
+    """``cfg`` with the node's own credential (``agent.credentials``) unless a token was
+    given; an API that cannot be reached yet is waited for."""
+    if cfg.token:
+        return cfg
+    while True:
+        try:
+            token = credentials.credential(
+                cfg.server, cfg.node_name, cfg.state_dir, cfg.bootstrap_token, ca_file=cfg.ca_file
+            )
+            return replace(cfg, token=token)
+        except Unreachable as exc:
+            log.warning("cannot join yet, the API is unreachable: %s", exc)
+            time.sleep(retry)

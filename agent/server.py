@@ -14,16 +14,17 @@ reports the real port in its node's ``status.daemonEndpoints``. Endpoints:
 
 It is ``asyncio.start_server`` with just enough HTTP/1.1 (one request per connection, GET only)
 because it runs in the agent's event loop beside the pod workers: a follow is one coroutine
-polling a file, no thread per client, and the agent's state needs no locks. With a token set,
-every request but ``/healthz`` must carry ``Authorization: Bearer <token>``; without one it
-serves whoever can reach it, which is why the default address is loopback.
+polling a file, no thread per client, and the agent's state needs no locks. With a reviewer
+(the agent always has one: :class:`agent.credentials.ApiServerReviewer`), every request but
+``/healthz`` must carry ``Authorization: Bearer <token>`` of an API server, which the reviewer
+checks with the API (ADR 0045); no shared secret is accepted. Without one (tests of the server
+alone) it serves whoever can reach it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from agent.logs import ContainerLogs, LogLookupError, LogTarget, keep_rotated, rotated, tail
@@ -45,6 +46,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
             405: "Method Not Allowed", 500: "Internal Server Error"}  # fmt: skip
 _STATUS_REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound",
                    405: "MethodNotAllowed", 500: "InternalError"}  # fmt: skip
+
+
+class Reviewer(Protocol):
+    """Decides whether a bearer token may call this server (``agent.credentials``)."""
+
+    async def allows(self, token: str) -> bool: ...
 
 
 class HttpError(Exception):
@@ -99,11 +106,12 @@ class AgentServer:
         *,
         address: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
-        token: str | None = None,
+        reviewer: Reviewer | None = None,
         poll: float = FOLLOW_POLL,
         tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.logs, self.address, self.port, self.token, self.poll = logs, address, port, token, poll
+        self.logs, self.address, self.port, self.poll = logs, address, port, poll
+        self.reviewer = reviewer  # who may call: the API servers (agent.credentials)
         self.tls = tls  # with a server context, HTTPS only (ADR 0050)
         self._metrics: list[Callable[[], str]] = []
         self._server: asyncio.Server | None = None
@@ -184,7 +192,7 @@ class AgentServer:
         if url.path == "/healthz":
             await self._send(writer, 200, b"ok", "text/plain")
             return
-        self._authorize(headers.get("authorization", ""))
+        await self._authorize(headers.get("authorization", ""))
         if url.path == "/metrics":
             await self._send(
                 writer, 200, self._metrics_text().encode(), "text/plain; version=0.0.4"
@@ -196,12 +204,12 @@ class AgentServer:
             return
         raise HttpError(404, f"no such path {url.path}")
 
-    def _authorize(self, header: str) -> None:
-        if not self.token:
+    async def _authorize(self, header: str) -> None:
+        if self.reviewer is None:
             return
         given = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
-            raise HttpError(401, "a valid bearer token is required")
+        if not await self.reviewer.allows(given):
+            raise HttpError(401, "an API server's bearer token is required")
 
     def _metrics_text(self) -> str:
         out = []

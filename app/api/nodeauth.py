@@ -38,9 +38,10 @@ from app.api.responses import error_response, json_response
 from app.api.routes import guarded
 from app.api.service import decode_body
 from app.core import errors
-from app.core.authz import MASTERS, Attributes
+from app.core.authz import Attributes
 from app.core.authz import node as node_authz
 from app.core.errors import Cause
+from app.core.kinds import Kind
 from app.core.names import validate_dns1123_subdomain
 from app.store import bootstrap
 from app.store.tokens import User
@@ -61,37 +62,6 @@ def _body(raw: bytes) -> dict[str, Any]:
         raise errors.BadRequest("the request body must be a JSON object")
     spec = parsed.get("spec")
     return spec if isinstance(spec, dict) else {}
-
-
-def authorized(request: Request[Any, Any, Any], user: User, attrs: Attributes) -> None:
-    """Forbidden unless the API's authorizer chain allows ``attrs``; before a chain is
-    configured, the cluster's administrators and the node authorizer decide."""
-    chain = getattr(request.app.state, "authz", None)
-    if chain is not None:
-        decide = getattr(chain, "authorize", chain)
-        if decide(user, attrs).allowed:
-            return
-    elif MASTERS in user.groups or node_authz.authorize(user, attrs, _NO_PODS).allowed:
-        return
-    raise errors.Forbidden(
-        f'{attrs.resource} is forbidden: User "{user.name}" cannot {attrs.verb} resource '
-        f'"{attrs.resource}" in API group "{attrs.group}" at the cluster scope',
-        kind=attrs.resource,
-    )
-
-
-class _NoPods:
-    def pod_node(self, namespace: str, name: str) -> str | None:
-        return None
-
-    def has_pods(self, node: str, namespace: str) -> bool:
-        return False
-
-    def references(self, node: str, namespace: str) -> frozenset[node_authz.Ref]:
-        return frozenset()
-
-
-_NO_PODS = _NoPods()
 
 
 def _int(spec: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
@@ -119,7 +89,6 @@ def _node_name(spec: dict[str, Any], kind: str, required: bool) -> str | None:
       summary="Create a one-time token an agent joins with", status_code=201)  # fmt: skip
 async def create_bootstrap_token(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        authorized(request, user, Attributes("create", "bootstraptokens", group=GROUP))
         spec = _body(await request.body())
         created = await bootstrap.create_bootstrap_token(
             _pool(request),
@@ -136,7 +105,7 @@ async def create_bootstrap_token(request: Request[Any, Any, Any]) -> Response[An
             "status": {"token": created.token, "expiresAt": created.expires_at},
         }, 201)  # fmt: skip
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=Attributes("create", "bootstraptokens", group=GROUP))
 
 
 @post(f"{PREFIX}/nodecredentials", operation_id="createNodeCredential",
@@ -170,7 +139,6 @@ async def create_node_credential(request: Request[Any, Any, Any]) -> Response[An
       summary="Who a bearer token is", status_code=201)  # fmt: skip
 async def create_token_review(request: Request[Any, Any, Any]) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        authorized(request, user, Attributes("create", "tokenreviews", group=GROUP))
         token = _body(await request.body()).get("token")
         status: dict[str, Any] = {"authenticated": False}
         if isinstance(token, str) and token:
@@ -181,12 +149,19 @@ async def create_token_review(request: Request[Any, Any, Any]) -> Response[Any]:
         return json_response({"kind": "TokenReview", "apiVersion": API_VERSION,
                               "status": status}, 201)  # fmt: skip
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=Attributes("create", "tokenreviews", group=GROUP))
 
 
 def _pool(request: Request[Any, Any, Any]) -> asyncpg.Pool:
     pool: asyncpg.Pool = request.app.state.objects.store.pool
     return pool
+
+
+def node_restriction(kind: Kind, obj: dict[str, Any], user: User) -> None:
+    """The store's guard: a node writes only its own Node, Lease and lease namespace."""
+    refusal = node_authz.admission_refusal(user, kind.kind, obj)
+    if refusal is not None:
+        raise errors.Forbidden(refusal, kind=kind.plural)
 
 
 # -- this API server's own credential, for agents ----------------------------------------------
@@ -218,6 +193,7 @@ async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
     chain = getattr(getattr(app.state, "authz", None), "chain", None)
     if chain is not None:
         chain.append(app.state.node_authorizer)
+    app.state.objects.guards.append(node_restriction)
     renew = asyncio.create_task(_renew(app, pool))
     try:
         yield

@@ -30,7 +30,7 @@ from types import FrameType
 
 import yaml
 
-from app.devstack import network
+from app.devstack import joins, network
 from app.devstack.kubeconfig import kubeconfig
 from app.devstack.network import NetworkPlan
 from app.devstack.pki import ClusterPki, cluster_pki
@@ -140,6 +140,8 @@ COMPONENTS: tuple[Component, ...] = (
                 f"zone-{zone}",
                 "--state-dir",
                 f"{{state}}/agent-{zone}",
+                "--bootstrap-token-file",  # joins once, then keeps its node's credential
+                f"{{state}}/agent-{zone}/{joins.TOKEN_FILE}",
                 "--port",  # each agent's log server needs its own port on one host
                 str(10250 + i),
                 "--node-ip",  # each machine its own address: pods may all listen on one port
@@ -400,8 +402,6 @@ class Stack:
         for var, port in METRICS_PORTS.items():  # where each process serves /metrics
             env.setdefault(var, str(port))
         env.setdefault("QM_USAGE_REDIS_URL", broker_url)  # the usage store (ADR 0020)
-        # The secret the API server shows the agents' log servers (ADR 0019); one per run.
-        env.setdefault("QM_AGENT_SERVER_TOKEN", secrets.token_urlsafe(32))
         env.setdefault("QM_DISCOVERY_HTTP", DISCOVERY_HTTP)  # the API lists their subscribers
         # The keys Secrets are sealed with (ADR 0048): created once, mode 0600, kept across runs.
         env.setdefault(SECRET_KEYS_ENV, str(STATE_DIR / "secret-keys.json"))
@@ -415,6 +415,11 @@ class Stack:
         if migrate.returncode != 0:
             say(f"migrations failed (exit code {migrate.returncode})")
             return 1
+
+        agents = {f"local-{zone}": STATE_DIR / f"agent-{zone}" for zone in network.ZONES}
+        joining = joins.write_bootstrap_tokens(database_url, agents)
+        if joining:
+            say(f"bootstrap tokens for {', '.join(joining)} (ADR 0045)")
 
         plan = network.plan_from_env()
         why_not = network.available()

@@ -111,12 +111,8 @@ async def join(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
 async def mint_apiserver_credential(pool: asyncpg.Pool, ttl_s: float) -> str:
     """A token this API server presents to agents' log servers (user ``system:apiserver``),
     expiring after ``ttl_s``; this server's expired ones are removed on the way."""
-    token = await create_token(pool, APISERVER_USER, (APISERVERS_GROUP,), "api server")
-    await pool.execute(
-        "UPDATE qm_tokens SET expires_at = now() + make_interval(secs => $2)"
-        " WHERE token_sha256 = $1",
-        digest(token),
-        float(ttl_s),
+    token = await create_token(
+        pool, APISERVER_USER, (APISERVERS_GROUP,), "api server", ttl_s=float(ttl_s)
     )
     await pool.execute(
         "DELETE FROM qm_tokens WHERE username = $1 AND expires_at < now()", APISERVER_USER

@@ -1,8 +1,9 @@
-"""Container logs end to end: a real API server (holding the agents' shared secret) relays
+"""Container logs end to end: a real API server (with its own credential for agents) relays
 ``GET .../pods/{name}/log`` to a real agent running pods as processes. The last lines, a follow
 that sees a line printed after it started and ends with the run, the previous run after a
-crash, the latest lines of a rotated log, ``qm logs`` as a subprocess, the agent server's
-token, and hostile or impossible requests answered with a ``Status``.
+crash, the latest lines of a rotated log, ``qm logs`` as a subprocess, who the agent server
+lets in (an API server's credential, checked by a token review; no shared secret), and hostile
+or impossible requests answered with a ``Status``.
 
 One agent serves the whole module (its log rotation limit is tiny, so rotation is exercised);
 every test makes its own pods. The agent runs in the test's event loop, so every HTTP call
@@ -26,6 +27,7 @@ import pytest
 from agents import make_agent
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
+from agent.credentials import ApiServerReviewer
 from agent.logs import ContainerLogs, log_path, rotated
 from agent.loop import Agent
 from agent.runtime.process import ProcessRuntime
@@ -42,11 +44,12 @@ Obj = dict[str, Any]
 def logs_api(
     pg_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiServer]:
-    """An API server of this module's own, given the agents' secret in its environment."""
+    """An API server of this module's own, with a shared secret in its environment that the
+    agents must not accept."""
     port, token = free_port(), secrets.token_urlsafe(32)
     env = {**os.environ, "DATABASE_URL": pg_url, "QM_STREAM_DATABASE_URL": pg_url,
            "QM_BROKER_URL": redis_url, "QM_BOOTSTRAP_TOKEN": token, "QM_API_PORT": str(port),
-           "QM_AGENT_SERVER_TOKEN": AGENT_SECRET, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+           "QM_AGENT_SERVER_TOKEN": SHARED_SECRET, "PYTHONUNBUFFERED": "1"}  # fmt: skip
     server = ApiServer(port, token, env, tmp_path_factory.mktemp("logs-api") / "api.log", REPO_ROOT)
     server.start(timeout=30.0)
     try:
@@ -55,7 +58,7 @@ def logs_api(
         server.stop()
 
 
-AGENT_SECRET = secrets.token_urlsafe(24)
+SHARED_SECRET = secrets.token_urlsafe(24)  # what agents accepted before they had credentials
 
 
 @dataclass
@@ -97,7 +100,8 @@ async def node(
     agent = make_agent(api, runtime, name, address="127.0.0.1")
     logs = ContainerLogs(runtime, lambda: [w.pod for w in agent.workers.values()],
                          max_bytes=MAX_BYTES, keep=2, rotate_every=0.1)  # fmt: skip
-    agent.server = AgentServer(logs, port=0, token=AGENT_SECRET, poll=0.05)
+    reviewer = ApiServerReviewer(agent.source.api.clone())  # the node's own credential
+    agent.server = AgentServer(logs, port=0, reviewer=reviewer, poll=0.05)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:
@@ -287,7 +291,7 @@ async def test_unbound_pods_and_unreachable_agents(node: Node) -> None:
     assert got.status_code == 503 and "cannot reach the agent" in got.json()["message"]
 
 
-async def test_the_node_reports_its_agent_endpoint_and_the_agent_wants_its_token(
+async def test_the_node_reports_its_agent_endpoint_and_lets_in_only_the_api_servers(
     node: Node,
 ) -> None:
     assert node.agent.server is not None
@@ -306,7 +310,12 @@ async def test_the_node_reports_its_agent_endpoint_and_the_agent_wants_its_token
     for path in ("/metrics", f"/containerLogs/{node.namespace}/x/c"):
         assert (await asyncio.to_thread(fetch, path, None)).status_code == 401
         assert (await asyncio.to_thread(fetch, path, "wrong")).status_code == 401
-    metrics = await asyncio.to_thread(fetch, "/metrics", AGENT_SECRET)
+        assert (await asyncio.to_thread(fetch, path, SHARED_SECRET)).status_code == 401
+        own = node.agent.source.api.token  # a node's credential is not an API server's
+        assert (await asyncio.to_thread(fetch, path, own)).status_code == 401
+    # The administrator (system:masters) may call an agent directly, as the API servers do.
+    metrics = await asyncio.to_thread(fetch, "/metrics", node.server.token)
     assert metrics.status_code == 200 and "qm_agent_test_metric 1\n" in metrics.text
-    missing = await asyncio.to_thread(fetch, f"/containerLogs/{node.namespace}/x/c", AGENT_SECRET)
+    where = f"/containerLogs/{node.namespace}/x/c"
+    missing = await asyncio.to_thread(fetch, where, node.server.token)
     assert missing.status_code == 404 and missing.json()["kind"] == "Status"

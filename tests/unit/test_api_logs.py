@@ -114,11 +114,11 @@ def test_desired_status_carries_the_endpoint() -> None:
 
 def test_agent_server_settings() -> None:
     got = config.parse([], {}, hostname="h")
-    assert (got.address, got.port, got.server_token) == ("127.0.0.1", 10250, None)
+    assert (got.address, got.port, got.bootstrap_token) == ("127.0.0.1", 10250, None)
     assert (got.log_max_bytes, got.log_keep) == (10 * 2**20, 3)
-    env = {"QM_AGENT_PORT": "0", "QM_AGENT_SERVER_TOKEN": "s3", "QM_AGENT_LOG_MAX_BYTES": "100"}
+    env = {"QM_AGENT_PORT": "0", "QM_AGENT_BOOTSTRAP_TOKEN": "s3", "QM_AGENT_LOG_MAX_BYTES": "100"}
     got = config.parse(["--port", "10251", "--log-keep", "1"], env, hostname="h")
-    assert (got.port, got.server_token, got.log_max_bytes, got.log_keep) == (10251, "s3", 100, 1)
+    assert (got.port, got.bootstrap_token, got.log_max_bytes, got.log_keep) == (10251, "s3", 100, 1)
     for bad in (["--port", "70000"], ["--port", "x"], ["--log-keep", "-1"]):
         with pytest.raises(config.ConfigError):
             config.parse(bad, {}, hostname="h")

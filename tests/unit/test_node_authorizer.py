@@ -1,0 +1,213 @@
+"""The node authorizer, table-driven over a fixed graph: what node ``n1``'s credential may do
+to its own objects and to node ``n2``'s, and what a pod references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from app.core.authz import Attributes
+from app.core.authz import node as node_authz
+from app.core.authz.node import authorize, references, selector_refusal
+from app.store.tokens import User
+
+N1 = User("system:node:n1", ("system:nodes",))
+ALICE = User("alice", ("team-a",))
+IMPOSTOR = User("system:node:n1", ("team-a",))  # the name without the group
+METRICS, AUTHN = node_authz.METRICS_GROUP, node_authz.AUTHN_GROUP
+LEASES = node_authz.LEASE_NAMESPACE
+
+
+@dataclass
+class Graph:
+    pods: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, name) -> node
+    refs: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+
+    def pod_node(self, namespace: str, name: str) -> str | None:
+        return self.pods.get((namespace, name))
+
+    def has_pods(self, node: str, namespace: str) -> bool:
+        return any(n == node and ns == namespace for (ns, _), n in self.pods.items())
+
+    def references(self, node: str, namespace: str) -> set[tuple[str, str]]:
+        return self.refs.get((node, namespace), set())
+
+
+GRAPH = Graph(
+    pods={("a", "mine"): "n1", ("b", "theirs"): "n2"},
+    refs={
+        ("n1", "a"): {("Secret", "db"), ("ConfigMap", "conf")},
+        ("n2", "b"): {("Secret", "other")},
+    },
+)
+
+ALLOWED = [
+    Attributes("get", "nodes", name="n1"),
+    Attributes("create", "nodes", name="n1"),
+    Attributes("update", "nodes", name="n1"),
+    Attributes("update", "nodes", name="n1", subresource="status"),
+    Attributes("patch", "nodes", name="n1", subresource="status"),
+    Attributes("get", "leases", LEASES, "n1"),
+    Attributes("create", "leases", LEASES, "n1"),
+    Attributes("update", "leases", LEASES, "n1"),
+    Attributes("get", "namespaces", name=LEASES),
+    Attributes("create", "namespaces", name=LEASES),
+    Attributes("get", "pods", "a", "mine"),
+    Attributes("delete", "pods", "a", "mine"),
+    Attributes("update", "pods", "a", "mine", "status"),
+    Attributes("patch", "pods", "a", "mine", "status"),
+    Attributes("list", "pods"),  # the selector is checked by selector_refusal
+    Attributes("watch", "pods"),
+    Attributes("get", "secrets", "a", "db"),
+    Attributes("get", "configmaps", "a", "conf"),
+    Attributes("list", "services", "a"),
+    Attributes("watch", "services", "a"),
+    Attributes("create", "events", "a"),
+    Attributes("create", "nodes", name="n1", subresource="samples", group=METRICS),
+    Attributes("create", "tokenreviews", group=AUTHN),
+]
+
+DENIED = [
+    Attributes("get", "nodes", name="n2"),
+    Attributes("update", "nodes", name="n2"),
+    Attributes("update", "nodes", name="n2", subresource="status"),
+    Attributes("create", "nodes", name="n2"),
+    Attributes("delete", "nodes", name="n1"),
+    Attributes("list", "nodes"),
+    Attributes("get", "leases", LEASES, "n2"),
+    Attributes("update", "leases", LEASES, "n2"),
+    Attributes("get", "leases", "a", "n1"),
+    Attributes("delete", "leases", LEASES, "n1"),
+    Attributes("create", "namespaces", name="a"),
+    Attributes("delete", "namespaces", name=LEASES),
+    Attributes("get", "pods", "b", "theirs"),
+    Attributes("delete", "pods", "b", "theirs"),
+    Attributes("update", "pods", "b", "theirs", "status"),
+    Attributes("update", "pods", "a", "mine"),  # the spec is not the node's to write
+    Attributes("create", "pods", "a"),
+    Attributes("get", "pods", "a", "missing"),
+    Attributes("get", "pods", "a", "mine", "log"),
+    Attributes("create", "pods", "a", "mine", "eviction"),
+    Attributes("get", "secrets", "b", "other"),
+    Attributes("get", "secrets", "a", "unreferenced"),
+    Attributes("get", "secrets", "b", "db"),  # the same name, another namespace
+    Attributes("list", "secrets", "a"),
+    Attributes("watch", "secrets", "a"),
+    Attributes("update", "secrets", "a", "db"),
+    Attributes("get", "configmaps", "b", "conf"),
+    Attributes("list", "configmaps", "a"),
+    Attributes("list", "services", "b"),
+    Attributes("create", "services", "a"),
+    Attributes("create", "events", "b"),
+    Attributes("get", "deployments", "a", "x"),
+    Attributes("create", "nodes", name="n2", subresource="samples", group=METRICS),
+    Attributes("get", "nodes", group=METRICS),
+    Attributes("create", "bootstraptokens", group=AUTHN),
+    Attributes("get", "roles", "a", "x"),
+]
+
+
+@pytest.mark.parametrize("attrs", ALLOWED, ids=str)
+def test_a_node_may(attrs: Attributes) -> None:
+    assert authorize(N1, attrs, GRAPH).allowed
+
+
+@pytest.mark.parametrize("attrs", DENIED, ids=str)
+def test_a_node_may_not(attrs: Attributes) -> None:
+    decision = authorize(N1, attrs, GRAPH)
+    assert not decision.allowed and "no relationship found to node 'n1'" in decision.reason
+
+
+@pytest.mark.parametrize("user", [ALICE, IMPOSTOR, User("system:node:", ("system:nodes",))])
+def test_anyone_else_gets_no_opinion(user: User) -> None:
+    for attrs in ALLOWED:
+        decision = authorize(user, attrs, GRAPH)
+        assert not decision.allowed and decision.reason == ""
+
+
+@pytest.mark.parametrize(
+    ("selector", "refused"),
+    [
+        ("spec.nodeName=n1", False),
+        ("spec.nodeName==n1", False),
+        ("status.phase=Running,spec.nodeName=n1", False),
+        (None, True),
+        ("", True),
+        ("spec.nodeName=n2", True),
+        ("spec.nodeName!=n2", True),
+        ("spec.nodeName=n1x", True),
+    ],
+)
+def test_a_node_lists_and_watches_only_its_pods(selector: str | None, refused: bool) -> None:
+    why = selector_refusal(N1, "pods", selector)
+    assert (why is not None) is refused
+    if why:
+        assert "fieldSelector=spec.nodeName=n1" in why
+    assert selector_refusal(ALICE, "pods", None) is None
+    assert selector_refusal(N1, "services", None) is None
+
+
+def test_a_selector_in_the_attributes_is_checked_too() -> None:
+    @dataclass(frozen=True)
+    class WithSelector(Attributes):
+        field_selector: str = ""
+
+    ok = WithSelector("list", "pods", field_selector="spec.nodeName=n1")
+    assert authorize(N1, ok, GRAPH).allowed
+    assert not authorize(N1, WithSelector("list", "pods", field_selector=""), GRAPH).allowed
+    assert not authorize(N1, WithSelector("watch", "pods", field_selector="x=y"), GRAPH).allowed
+
+
+def test_references_cover_env_env_from_volumes_projections_and_pull_secrets() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"envFrom": [{"secretRef": {"name": "init-s"}}]}],
+            "containers": [
+                {
+                    "env": [
+                        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "k"}}},
+                        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "k"}}},
+                        {"name": "C", "value": "plain"},
+                    ],
+                    "envFrom": [{"configMapRef": {"name": "c2"}}],
+                }
+            ],
+            "volumes": [
+                {"name": "v1", "configMap": {"name": "c3"}},
+                {"name": "v2", "secret": {"secretName": "s2"}},
+                {"name": "v3", "projected": {"sources": [{"secret": {"name": "s3"}},
+                                                         {"configMap": {"name": "c4"}}]}},
+                {"name": "v4", "emptyDir": {}},
+            ],
+            "imagePullSecrets": [{"name": "pull"}],
+        }
+    }  # fmt: skip
+    assert references(pod) == {
+        ("ConfigMap", "c1"), ("ConfigMap", "c2"), ("ConfigMap", "c3"), ("ConfigMap", "c4"),
+        ("Secret", "init-s"), ("Secret", "s1"), ("Secret", "s2"), ("Secret", "s3"),
+        ("Secret", "pull"),
+    }  # fmt: skip
+    assert references({"spec": {"containers": "junk", "volumes": [None, 3]}}) == set()
+
+
+def test_a_create_names_its_object_in_the_body_and_admission_checks_it() -> None:
+    for attrs in (
+        Attributes("create", "nodes"),
+        Attributes("create", "leases", LEASES),
+        Attributes("create", "namespaces"),
+    ):
+        assert authorize(N1, attrs, GRAPH).allowed
+    assert not authorize(N1, Attributes("create", "leases", "a"), GRAPH).allowed
+    own = [("Node", "n1", ""), ("Lease", "n1", LEASES), ("Namespace", LEASES, ""), ("Pod", "x", "")]
+    for kind, name, ns in own:
+        assert node_authz.admission_refusal(N1, kind, meta(name, ns)) is None
+    for kind, name, ns in [("Node", "n2", ""), ("Lease", "n2", LEASES), ("Lease", "n1", "a"),
+                           ("Namespace", "team-b", "")]:  # fmt: skip
+        why = node_authz.admission_refusal(N1, kind, meta(name, ns))
+        assert why is not None and "its own node" in why
+    assert node_authz.admission_refusal(ALICE, "Node", meta("n2", "")) is None
+
+
+def meta(name: str, namespace: str) -> dict[str, dict[str, str]]:
+    return {"metadata": {"name": name, "namespace": namespace}}
