@@ -7,6 +7,7 @@ the hollow nodes' too; a connection that fails is :class:`app.client.Unreachable
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
@@ -22,3 +23,6 @@ class ApiClient(RestClient):
     """A synchronous client for one server, authenticated with a bearer token."""
 
     user_agent = f"qm/{CLIENT_VERSION}"
+
+    def warned(self, text: str) -> None:
+        print(f"Warning: {text}", file=sys.stderr)  # as kubectl shows the server's warnings

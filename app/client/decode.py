@@ -10,6 +10,7 @@ server repeats, which would otherwise loop for ever. Pure: transports hand in st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Unpack
 
@@ -114,3 +115,16 @@ class Pager:
             "metadata": {"resourceVersion": str(meta.get("resourceVersion") or "")},
             "items": self.items,
         }
+
+
+def warnings(values: Iterable[str]) -> list[str]:
+    """The texts of ``Warning`` headers (``299 - "text"``, the text's ``"`` and ``\\``
+    escaped); a value in another form is passed on whole."""
+    out = []
+    for value in values:
+        _, sep, quoted = value.partition(' "')
+        if not sep or not quoted.endswith('"'):
+            out.append(value)
+            continue
+        out.append(re.sub(r"\\(.)", r"\1", quoted[:-1]))
+    return out

@@ -78,7 +78,13 @@ class RestClient(Verbs[Obj]):
             )
         except httpx.TransportError as exc:
             raise Unreachable(f"{request.method} {self.server}{request.path}: {exc}") from exc
+        for text in decode.warnings(resp.headers.get_list("warning")):
+            self.warned(text)
         return decode.answer(resp.status_code, resp.content, resp.headers.get("Retry-After"))
+
+    def warned(self, text: str) -> None:
+        """A ``Warning`` header's text (an admission policy in warn mode...); the CLI prints it,
+        other clients ignore it."""
 
     def call(self, request: build.Request) -> Obj:
         obj: Obj = self.send(request)

@@ -7,6 +7,7 @@ namespace (the server is shared with other tests)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -144,7 +145,7 @@ def test_an_enforcing_policy_refuses_with_403_naming_the_policy_and_rule(
 
 
 def test_warn_mode_stores_the_pod_and_sends_a_warning_header(
-    http: httpx.Client, team: tuple[str, Callable[..., str]]
+    http: httpx.Client, team: tuple[str, Callable[..., str]], api_server: Any, tmp_path: Path
 ) -> None:
     ns, policy = team
     name = policy("Warn", requireResources=True)
@@ -156,6 +157,18 @@ def test_warn_mode_stores_the_pod_and_sends_a_warning_header(
         'resources.limits.memory)"'
     ]
     assert http.get(f"{API}/namespaces/{ns}/pods/loose").status_code == 200
+    # ``qm apply`` shows the server's warnings as kubectl does.
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(pod("loose-too")))
+    config = tmp_path / "config.yaml"
+    config.write_text("")
+    env = {**os.environ, "QM_CONFIG": str(config), "QM_SERVER": api_server.url,
+           "QM_TOKEN": api_server.token}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "app.cli.main", "apply", "-n", ns, "-f",
+                           str(manifest)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f'Warning: would violate AdmissionPolicy "{name}": requireResources' in done.stderr
 
 
 def test_an_invalid_policy_is_422(http: httpx.Client) -> None:
