@@ -22,6 +22,8 @@ from . import printers
 from .apply import PROPAGATION, run_apply, run_delete
 from .auth import COMMANDS as AUTH_COMMANDS
 from .auth import add_parsers as add_auth_parsers
+from .bootstrap import COMMANDS as BOOTSTRAP_COMMANDS
+from .bootstrap import add_parsers as add_bootstrap_parsers
 from .client import CLIENT_VERSION, ApiClient
 from .config import ConfigError, load_config
 from .context import Context, UsageError, resolve_one_kind
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     version = sub.add_parser("version", parents=[common], help="client and server versions")
     version.add_argument("-o", "--output", choices=["yaml", "json"])
     add_node_parsers(sub, common)
+    add_bootstrap_parsers(sub, common)
     add_rollout_parsers(sub, common)
     add_log_parsers(sub, common)
     add_top_parsers(sub, common)
@@ -177,6 +180,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     "delete": run_delete,
     "version": run_version,
     **NODE_COMMANDS,
+    **BOOTSTRAP_COMMANDS,
     **ROLLOUT_COMMANDS,
     **LOG_COMMANDS,
     **TOP_COMMANDS,

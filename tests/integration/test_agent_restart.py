@@ -20,6 +20,7 @@ from typing import Any
 
 import capability
 import pytest
+from agents import bootstrap_token
 
 from agent.api import NAMESPACE, NODE, POD, AgentApi
 from agent.runtime.cgroups import CgroupsUnavailable, detect
@@ -33,9 +34,17 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 class AgentProcess:
+    """``python -m agent`` joining with a one-time bootstrap token: the restarted agent can
+    only get in with the credential the first one saved in its state directory."""
+
     def __init__(self, server: ApiServer, node: str, state: Path, log: Path) -> None:
+        admin = AgentApi(server.url, server.token)
+        token_file = log.with_suffix(".bootstrap-token")
+        token_file.write_text(bootstrap_token(admin, node))
+        admin.close()
         self.argv = [
-            sys.executable, "-m", "agent", "--server", server.url, "--token", server.token,
+            sys.executable, "-m", "agent", "--server", server.url,
+            "--bootstrap-token-file", str(token_file),
             "--node-name", node, "--state-dir", str(state), "--port", "0",
         ]  # fmt: skip
         self.log = log

@@ -9,7 +9,10 @@ a namespace the node holds nothing in (the API answers those as if they did not 
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -204,3 +207,20 @@ def test_a_restart_reuses_the_credential_and_a_revoked_one_needs_a_new_join(
         credentials.credential(c.admin.server, node, state, None)
     fresh = credentials.credential(c.admin.server, node, state, bootstrap_token(c.admin, node))
     assert fresh != first and credentials.load(state, c.admin.server, node) == fresh
+
+
+def test_qm_creates_a_bootstrap_token_an_agent_joins_with(api_server: ApiServer) -> None:
+    node = f"cli-{secrets.token_hex(3)}"
+    env = {**os.environ, "QM_SERVER": api_server.url, "QM_TOKEN": api_server.token}
+    done = subprocess.run(
+        [sys.executable, "-c", "from app.cli.main import main; raise SystemExit(main())",
+         "node", "bootstrap-token", "create", "--node", node, "--ttl", "10m"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"for node {node}, 1 use(s)" in done.stderr
+    token = done.stdout.strip()
+    credential = credentials.join(api_server.url, token, node)
+    me = AgentApi(api_server.url, credential)
+    assert me.create(NODE, None, {"metadata": {"name": node}})["metadata"]["name"] == node
+    me.close()
