@@ -77,7 +77,7 @@ def watch_renderer(kind: Kind, ask: TableRequest) -> Callable[[bytes], bytes]:
     def render(raw: bytes) -> bytes:
         obj = _dec.decode(raw)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        if set(obj.get("metadata") or {}) == {"resourceVersion"}:  # a bookmark
+        if "name" not in (obj.get("metadata") or {}):  # a bookmark
             empty = core.table(
                 kind, [], datetime.now(UTC), resource_version=rv, version=ask.version
             )
