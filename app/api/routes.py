@@ -14,7 +14,7 @@ from litestar import Request, Response, delete, get, patch, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
-from app.api import fairness, secret_view, tables, watch
+from app.api import fairness, secret_view, tables, watch, watchlist
 from app.api.auth import Authenticator
 from app.api.authz import authorize_request
 from app.api.dry_run import wants_dry_run
@@ -126,7 +126,9 @@ async def _list_or_watch(
         timeout = _int_param(request, "timeoutSeconds")
         if since is not None and since > objects.cache.revision:
             await objects.cache.wait_revision(since)
-        objects.cache.watch(w, since)  # last: a watcher registered here must reach the stream
+        initial = watchlist.wants_initial_events(q)  # client-go's watch-list
+        objects.cache.watch(w, None if initial else since)  # last: it must reach the stream
+        first = watchlist.initial_events(objects.cache, kind, w) if initial else b""
         gen = watch.stream(
             objects.cache,
             w,
@@ -134,6 +136,8 @@ async def _list_or_watch(
             float(timeout) if timeout else None,
             kind,
         )
+        if first:
+            gen = watchlist.prepend(first, gen)
         gen = secret_view.reveal_stream(request.app.state, user, kind, gen)
         if (ask := tables.table_request(request)) is not None:  # kubectl get -w
             gen = tables.table_stream(kind, ask, gen)
@@ -282,7 +286,7 @@ def kind_handlers(kind: Kind) -> list[HTTPRouteHandler]:
         async def run(user: User) -> Response[Any]:
             options = _delete_options(request, await request.body())
             c, uid = await _objects(request).delete(
-                kind, ns_of(request), name, options, user, wants_dry_run(request)
+                kind, ns_of(request), name, options, user, wants_dry_run(request, options)
             )
             if c is None:
                 return json_response(success_status(kind, name, uid))
