@@ -18,6 +18,7 @@ from litestar.handlers import HTTPRouteHandler
 from app.api.authz import Authorization
 from app.api.discovery import group as api_group
 from app.api.responses import json_response
+from app.api.review_body import review_body  # kubectl auth can-i posts protobuf
 from app.api.routes import guarded
 from app.api.service import decode_body
 from app.core import errors
@@ -109,7 +110,7 @@ def _handlers(api_group_name: str) -> list[HTTPRouteHandler]:
           status_code=201)  # fmt: skip
     async def create_access(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
-            spec, version = _spec(await request.body(), "SelfSubjectAccessReview")
+            spec, version = _spec(await review_body(request), "SelfSubjectAccessReview")
             status = access_review(request.app.state.authz, user, spec)
             body = {"kind": "SelfSubjectAccessReview", "apiVersion": version, "metadata": {}}
             return json_response(body | {"spec": spec, "status": status}, 201)
@@ -122,7 +123,7 @@ def _handlers(api_group_name: str) -> list[HTTPRouteHandler]:
           status_code=201)  # fmt: skip
     async def create_rules(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
-            spec, version = _spec(await request.body(), "SelfSubjectRulesReview")
+            spec, version = _spec(await review_body(request), "SelfSubjectRulesReview")
             namespace = spec.get("namespace")
             if not isinstance(namespace, str):
                 namespace = ""
