@@ -49,7 +49,8 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "make up did not come up"
             time.sleep(0.2)
         written = yaml.safe_load(config.read_text())
-        assert written["server"] == f"http://127.0.0.1:{port}"
+        assert written["server"] == f"https://127.0.0.1:{port}"
+        assert written["certificate-authority"] == str(tmp_path / "state" / "pki" / "ca.crt")
         token_file = tmp_path / "state" / "bootstrap-token"
         assert written["token"] == token_file.read_text().strip()
         assert token_file.stat().st_mode & 0o077 == 0, "the token file is private"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -85,10 +86,12 @@ class Stack:
 
     # -- the API --------------------------------------------------------------------------
     def api(self) -> httpx.Client:
+        ca = ssl.create_default_context(cafile=str(self.tmp / "state" / "pki" / "ca.crt"))
         return httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}/apis/quaymaster.io/v1",
+            base_url=f"https://127.0.0.1:{self.port}/apis/quaymaster.io/v1",
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
+            verify=ca,  # make up serves HTTPS with its own CA
         )
 
     def apply(self, *objs: dict[str, Any]) -> None:
