@@ -19,7 +19,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 
 from app import __version__
-from app.api.responses import json_response
+from app.api.responses import JSON, json_response
 from app.core import errors
 from app.core.openapi import Route, document, index, split
 
@@ -43,6 +43,13 @@ def _operation_id(handler: HTTPRouteHandler, method: str, path: str) -> str:
     return method.lower() + words
 
 
+def _media_type(handler: HTTPRouteHandler) -> str:
+    """The handler's declared media type; one that returns a ``Response`` declares none, and
+    ours all answer JSON (:mod:`app.api.responses`)."""
+    media = str(getattr(handler.media_type, "value", handler.media_type) or "")
+    return media if "/" in media else JSON
+
+
 def routes_of(app: Litestar) -> list[Route]:
     """Every HTTP method of every path the app routes, as :class:`Route` values."""
     out: list[Route] = []
@@ -63,7 +70,7 @@ def routes_of(app: Litestar) -> list[Route]:
                         operation_id=_operation_id(handler, method, path),
                         summary=handler.summary or "",
                         tags=tuple(handler.tags or ()),
-                        media_type=str(getattr(handler.media_type, "value", handler.media_type)),
+                        media_type=_media_type(handler),
                         status_code=handler.status_code,
                     )
                 )

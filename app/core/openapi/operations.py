@@ -29,9 +29,11 @@ GUARDED = (400, 401, 403, 404, 429, 500, 503)
 WRITE = (409, 413, 415, 422, 504)
 # What each verb of a kind's routes adds to GUARDED (admission's 422, optimistic concurrency's
 # 409, the body limits' 413, a patch's content type 415, a write that outlived its deadline 504,
-# a list or watch whose resourceVersion left the retained window 410).
+# a list or watch whose resourceVersion left the retained window 410, or one newer than the
+# server has seen that stayed so past the wait 504, as Kubernetes answers "too large resource
+# version").
 BY_VERB: dict[str, tuple[int, ...]] = {
-    "list": (410,),
+    "list": (410, 504),
     "read": (),
     "create": (409, 413, 422, 504),
     "replace": (409, 413, 422, 504),
@@ -59,7 +61,7 @@ REASONS = {
     429: "TooManyRequests: over the principal's fair share; retry after Retry-After seconds",
     500: "InternalError",
     503: "ServiceUnavailable",
-    504: "Timeout",
+    504: "Timeout (a write past its deadline, or a resourceVersion newer than the server's)",
 }
 
 _KIND_OP = re.compile(
