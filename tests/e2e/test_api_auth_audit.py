@@ -165,6 +165,13 @@ def test_a_new_token_authenticates_as_its_user_and_expiry_is_honoured(api_server
         " VALUES ('expired', %s, now() - interval '1 minute')",
         (hashlib.sha256(expired.encode()).hexdigest(),),
     )
+    grant = {  # a principal may write only what RBAC grants it
+        "metadata": {"name": "auditor-edit"},
+        "roleRef": {"kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "User", "name": "auditor"}],
+    }
+    r = http.post(f"{API}/namespaces/{NS}/rolebindings", json=grant)
+    assert r.status_code in (201, 409), r.text
     with httpx.Client(base_url=api_server.url, timeout=30.0) as c:
         r = c.post(CM, json=cm("by-auditor"), headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 201, r.text
