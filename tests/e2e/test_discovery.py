@@ -25,8 +25,11 @@ def test_discovery_lists_every_kind_and_its_subresources(api_server) -> None:  #
 
 
 def test_openapi_document_and_docs_ui(api_server) -> None:  # type: ignore[no-untyped-def]
-    doc = httpx.get(f"{api_server.url}/openapi/v3").json()
+    index = httpx.get(f"{api_server.url}/openapi/v3").json()
+    url = index["paths"]["apis/quaymaster.io/v1"]["serverRelativeURL"]
+    doc = httpx.get(f"{api_server.url}{url}").json()
     assert doc["openapi"].startswith("3.")
+    assert httpx.get(f"{api_server.url}/schema").json()["paths"].keys() >= doc["paths"].keys()
     pods = doc["paths"]["/apis/quaymaster.io/v1/namespaces/{namespace}/pods"]
     assert {"get", "post"} <= set(pods)
     assert (
