@@ -258,15 +258,17 @@ class PodWorker:
                 env = sources.environment(
                     self.pod, box.raw, fetched, self.host_ip, services, pod_ip=self.pod_ip
                 )
+                secret = sources.secret_derived(box.raw, fetched)
                 spec = dataclasses.replace(
                     box.spec,
-                    command=[sources.expand(arg, env) for arg in box.spec.command],
+                    command=sources.command_line(box.spec.command, env, secret),
                     env=env,
                     files={
                         **box.spec.files,
-                        **sources.files(self.pod, box.raw, fetched),
+                        **sources.files(self.pod, box.raw, fetched, sources.CONFIG_MAP),
                         **pod_files,
                     },
+                    secret_files=sources.files(self.pod, box.raw, fetched, sources.SECRET),
                 )
                 resolved.append(spec)
         except (sources.SourceError, Unreachable, StatusError) as exc:

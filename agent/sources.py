@@ -212,14 +212,55 @@ def environment(
     return env
 
 
-def _volume_keys(vol: Mapping[str, Any], fetched: Fetched) -> dict[str, bytes] | None:
-    """A ConfigMap or Secret volume's files, relative to its mount (None: not one, or an
-    optional object that is missing)."""
+def secret_derived(container: Mapping[str, Any], fetched: Fetched) -> set[str]:
+    """The names of the container's variables that hold Secret content: from a Secret
+    (``envFrom`` ``secretRef``, ``secretKeyRef``), or an ``env`` value expanding one of those;
+    a later variable of the same name from elsewhere clears it, as it replaces the value."""
+    tainted: set[str] = set()
+    for src in container.get("envFrom") or []:
+        prefix = str(src.get("prefix") or "")
+        kind, ref = (SECRET, src.get("secretRef")) if "secretRef" in src else (
+            CONFIG_MAP, src.get("configMapRef"))  # fmt: skip
+        obj = fetched.get((kind, str((ref or {}).get("name"))))
+        names = {prefix + str(k) for k in (obj or {}).get("data") or {}}
+        names |= {prefix + str(k) for k in (obj or {}).get("binaryData") or {}}
+        tainted = tainted | names if kind == SECRET else tainted - names
+    for var in container.get("env") or []:
+        name, source = str(var["name"]), var.get("valueFrom")
+        refs = [] if source else [m.group(1) for m in _REFERENCE.finditer(str(var.get("value")))]
+        if (source and "secretKeyRef" in source) or tainted.intersection(refs):
+            tainted.add(name)
+        else:
+            tainted.discard(name)
+    return tainted
+
+
+def command_line(args: Iterable[str], env: Mapping[str, str], secret: set[str]) -> list[str]:
+    """``$(VAR)`` expansion of ``command`` and ``args``, refusing a variable holding Secret
+    content: a command line is readable by every user of the node (``ps``,
+    ``/proc/<pid>/cmdline``) and ends up in diagnostics; the environment is not."""
+    for arg in args:
+        for m in _REFERENCE.finditer(arg):
+            if m.group(1) in secret:
+                raise SourceError(
+                    f"$({m.group(1)}) holds a Secret's value and may not be expanded into the"
+                    f" command line; read it from the environment (${m.group(1)}) instead"
+                )
+    return [expand(arg, env) for arg in args]
+
+
+def _volume_keys(
+    vol: Mapping[str, Any], fetched: Fetched, only: str | None = None
+) -> dict[str, bytes] | None:
+    """A ConfigMap or Secret volume's files, relative to its mount (None: not one, not of the
+    kind ``only`` names, or an optional object that is missing)."""
     if src := vol.get("configMap"):
         kind, name = CONFIG_MAP, str(src["name"])
     elif src := vol.get("secret"):
         kind, name = SECRET, str(src["secretName"])
     else:
+        return None
+    if only is not None and kind != only:
         return None
     data = _object(fetched, kind, name, src.get("optional") is True)
     if data is None:
@@ -239,15 +280,16 @@ def _volume_keys(vol: Mapping[str, Any], fetched: Fetched) -> dict[str, bytes] |
 
 
 def files(
-    pod: Mapping[str, Any], container: Mapping[str, Any], fetched: Fetched
+    pod: Mapping[str, Any], container: Mapping[str, Any], fetched: Fetched, only: str | None = None
 ) -> dict[str, bytes]:
-    """The files the container's ConfigMap and Secret mounts lay out, as paths relative to the
-    pod directory (``mountPath`` without its leading ``/``; a ``subPath`` mount is one file)."""
+    """The files the container's ConfigMap and Secret mounts (or only those of the kind
+    ``only``) lay out, as paths relative to the pod directory (``mountPath`` without its
+    leading ``/``; a ``subPath`` mount is one file)."""
     volumes = {str(v.get("name")): v for v in (pod.get("spec") or {}).get("volumes") or []}
     out: dict[str, bytes] = {}
     for mount in container.get("volumeMounts") or []:
         vol = volumes.get(str(mount.get("name")))
-        keys = None if vol is None else _volume_keys(vol, fetched)
+        keys = None if vol is None else _volume_keys(vol, fetched, only)
         if keys is None:
             continue
         target = str(mount.get("mountPath") or "").strip("/")

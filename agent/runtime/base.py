@@ -59,7 +59,8 @@ class ContainerSpec:
 
     `command` is the full argv (the pod's `command` followed by its `args`). `files` are laid
     out in the pod's directory (path relative to it -> content) before the container starts:
-    that is how config maps and secrets reach a process."""
+    that is how config maps reach a process; `secret_files` likewise, but on memory, 0400
+    (`agent.runtime.secret_volume`)."""
 
     pod_uid: str
     name: str
@@ -68,6 +69,7 @@ class ContainerSpec:
     files: Mapping[str, bytes] = field(default_factory=dict)
     resources: Resources = Resources()
     image: str = ""  # what the runc runtime runs in; the process and sim runtimes ignore it
+    secret_files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -132,7 +132,8 @@ def _mounts(pod_dir: Path) -> list[Obj]:
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": nosuid},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": [*nosuid, "ro"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]},
-        {"destination": POD_MOUNT, "type": "bind", "source": str(pod_dir), "options": ["bind"]},
+        # rbind: the pod's Secret tmpfs is mounted inside its directory (ADR 0048).
+        {"destination": POD_MOUNT, "type": "bind", "source": str(pod_dir), "options": ["rbind"]},
     ]
 
 

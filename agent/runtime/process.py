@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from agent import logs, netns
+from agent.runtime import secret_volume
 from agent.runtime.base import (
     REASON_UNKNOWN,
     Clock,
@@ -127,15 +128,16 @@ def safe_relative(path: str) -> PurePosixPath:
     return rel
 
 
-def lay_out(pod_dir: Path, files: Mapping[str, bytes]) -> None:
-    """Write the spec's files (config maps, secrets) under the pod's directory, which every
-    runtime gives its containers."""
+def lay_out(pod_dir: Path, files: Mapping[str, bytes], secrets: Mapping[str, bytes]) -> None:
+    """Write the spec's files (config maps) under the pod's directory, which every runtime
+    gives its containers, and its Secret files on memory (:mod:`agent.runtime.secret_volume`)."""
     pod_dir.mkdir(parents=True, exist_ok=True)
     for path, content in files.items():
         target = pod_dir / safe_relative(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
         target.chmod(0o640)
+    secret_volume.lay_out(pod_dir, {str(safe_relative(p)): c for p, c in secrets.items()})
 
 
 def container_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -183,7 +185,7 @@ class ProcessRuntime:
         env = container_env(spec.env)
         try:
             pod_dir.mkdir(parents=True, exist_ok=True)
-            lay_out(pod_dir, spec.files)
+            lay_out(pod_dir, spec.files, spec.secret_files)
             logs.begin_run(pod_dir, spec.name)  # the last run's log becomes `previous`
         except OSError as exc:
             raise StartError(f"cannot prepare pod directory {pod_dir}: {exc}") from exc
@@ -351,6 +353,7 @@ class ProcessRuntime:
             del self._procs[key]
         if self.cgroups is not None and self.cgroups.exists(pod_cgroup(pod_uid)):
             self.cgroups.remove(pod_cgroup(pod_uid))
+        secret_volume.release(self.pod_dir(pod_uid))
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
         for record in (self.root_dir / ".runs").glob(f"{pod_uid}.*.json"):
             record.unlink(missing_ok=True)

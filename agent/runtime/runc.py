@@ -41,7 +41,7 @@ from pathlib import Path
 
 from agent import netns
 from agent.logs import begin_run, log_path
-from agent.runtime import oci
+from agent.runtime import oci, secret_volume
 from agent.runtime.base import (
     Clock,
     ContainerSpec,
@@ -153,7 +153,7 @@ class RuncRuntime:
         cid = oci.container_id(spec.pod_uid, spec.name, secrets.token_hex(4))
         pod_dir, bundle = self.pod_dir(spec.pod_uid), self.bundles_dir(spec.pod_uid) / cid
         try:
-            lay_out(pod_dir, spec.files)
+            lay_out(pod_dir, spec.files, spec.secret_files)
             _mount_overlay(lower, bundle)
             config = oci.oci_config(
                 spec,
@@ -162,7 +162,7 @@ class RuncRuntime:
                 cgroups=oci.cgroups_path(self.parent, spec.pod_uid, cid),
                 netns_path=netns.path_of(self.netns_name) if self.netns_name else None,
             )
-            (bundle / "config.json").write_text(json.dumps(config, indent=1))
+            _write_private(bundle / "config.json", json.dumps(config, indent=1))
             begin_run(pod_dir, spec.name)
         except OSError as exc:
             _remove_bundle(bundle)
@@ -320,6 +320,7 @@ class RuncRuntime:
         for bundle in sorted(self.bundles_dir(pod_uid).glob("*")):
             _remove_bundle(bundle)
         shutil.rmtree(self.bundles_dir(pod_uid), ignore_errors=True)
+        secret_volume.release(self.pod_dir(pod_uid))
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
 
     def close(self) -> None:
@@ -353,6 +354,14 @@ def _mount_overlay(lower: Path, bundle: Path) -> None:
     if _libc.mount(b"overlay", target, b"overlay", 0, options.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount overlay on {rootfs}: {os.strerror(err)}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Mode 0600 from the first byte: the OCI config carries the container's environment,
+    Secret values included (ADR 0048)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _remove_bundle(bundle: Path) -> None:

@@ -347,3 +347,22 @@ async def test_an_agent_runs_a_runc_pod_to_ready_probing_inside_the_container(
         await asyncio.wait_for(task, 30)
         api.close()
     assert runtime.containers() == []
+
+
+async def test_secret_files_are_on_the_pods_tmpfs_inside_the_container(
+    runtime: RuncRuntime,
+) -> None:
+    """ADR 0048: a pod's Secret files sit on a tmpfs of its own in its directory, which the
+    container sees through the recursive bind mount, mode 0400."""
+    script = (
+        "cat creds/password; echo; stat -L -c %a creds/password;"
+        " grep ' /var/run/quaymaster/pod/.secrets ' /proc/self/mountinfo | grep -c tmpfs"
+    )
+    c = ContainerSpec("p1", "app", ["sh", "-c", script], {}, {}, Resources(), IMAGE,
+                      secret_files={"creds/password": b"s3cret"})  # fmt: skip
+    await runtime.start(c)
+    state = await terminated(runtime, "p1", "app")
+    assert state.exit_code == 0, runtime.log_path("p1", "app").read_text()
+    assert runtime.log_path("p1", "app").read_text().split() == ["s3cret", "400", "1"]
+    config = next(runtime.bundles_dir("p1").glob("*/config.json"))
+    assert config.stat().st_mode & 0o077 == 0  # it holds the container's environment

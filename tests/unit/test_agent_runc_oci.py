@@ -111,7 +111,7 @@ def test_namespaces_share_the_hosts_network_and_the_pod_directory_is_mounted() -
         "destination": POD_MOUNT,
         "type": "bind",
         "source": "/pods/u1",
-        "options": ["bind"],
+        "options": ["rbind"],  # with the pod's Secret tmpfs inside
     }
     assert {m["destination"] for m in cfg["mounts"]} >= {"/proc", "/dev", "/dev/pts", "/sys"}
     assert cfg["root"] == {"path": "/b/rootfs", "readonly": False}
