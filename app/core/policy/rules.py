@@ -72,7 +72,7 @@ def require_resources(setting: Any, spec: Obj) -> list[Finding]:
     """Every container asks for cpu and memory and is capped on both."""
     out = []
     for path, c in containers(spec):
-        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        res: Obj = c["resources"] if isinstance(c.get("resources"), dict) else {}
         missing = [
             f"resources.{which}.{r}"
             for which in ("requests", "limits")

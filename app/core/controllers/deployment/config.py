@@ -80,7 +80,7 @@ def digest(obj: Obj) -> str:
 def _slots(template: Obj) -> Iterator[tuple[Obj, str, str]]:
     """``(holder, key, kind)`` for every reference in a pod template: ``holder[key]`` is the
     name of a ``kind`` object."""
-    spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    spec: Obj = template["spec"] if isinstance(template.get("spec"), dict) else {}
     for vol in spec.get("volumes") or []:
         if isinstance(vol, dict) and isinstance(vol.get("configMap"), dict):
             yield vol["configMap"], "name", "ConfigMap"
@@ -138,7 +138,7 @@ def pin(dep: Obj, template: Obj, configs: Configs) -> Pinned:
 def snapshot(dep: Obj, source: Obj, name: str) -> Obj:
     """An immutable copy of ``source`` named ``name``, owned by the Deployment."""
     meta = source["metadata"]
-    body = {k: copy.deepcopy(source[k]) for k in ("type", "data", "binaryData") if k in source}
+    body: Obj = {k: copy.deepcopy(source[k]) for k in ("type", "data", "binaryData") if k in source}
     return {
         "apiVersion": API_VERSION,
         "kind": source["kind"],
