@@ -44,7 +44,9 @@ class RBAC:
 
     def current(self) -> Policy:
         """The policy, rebuilt first if any RBAC object changed since it was built."""
-        stale = not self._watchers or any(w not in self.cache.watchers for w in self._watchers)
+        stale = not self._watchers or any(
+            w.overflowed or w not in self.cache.watchers for w in self._watchers
+        )  # a reloaded cache drops its watchers; an overflowed one stops receiving
         if stale:
             self._rewatch()
         for w in self._watchers:
