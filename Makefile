@@ -88,3 +88,4 @@ bench: install
 	$(BIN)/python -m bench.agents.renew_cost
 	$(BIN)/python -m bench.controllers.endpointslice
 	$(BIN)/python -m bench.discovery.run
+	$(BIN)/python -m bench.fairness.run

@@ -1,0 +1,265 @@
+"""Fairness benchmark: two API servers on one database; one principal floods creates and
+expensive lists at full speed over both while a second team does ordinary reads, writes and
+a watch in its own namespace at a modest rate.
+
+    python -m bench.fairness.run [--runs 3] [--seconds 15] [--team-rate 20]
+                                 [--flood-workers 64] [--preload 1000]
+
+A throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
+:class:`bench.common.Stack` builds it) and two ``python -m app.api`` servers at their default
+flow-control settings. The flooder (``bench.fairness.flooder``, its own process) lists a
+namespace of ``--preload`` ConfigMaps (a list of 1,000 objects costs 10 seats) and creates
+ConfigMaps in another, ignoring ``Retry-After``. The team (``bench.fairness.team``) sends
+get, list, create, update and delete in turn to alternating servers, and keeps a watch.
+
+Each of ``--runs`` runs has a quiet phase (the team alone) and then a flood phase, both of
+``--seconds``. Reported per run and as medians over runs: the team's p50/p99 of all its
+requests and of its watch's deliveries, quiet and under flood, and their ratio within the
+run (target: p99 within 1.5x of quiet; bar 2x); the flooder's accepted and rejected requests
+per second; the most seats the flooder held across both servers (sampled from ``/metrics``)
+against one server's share of its level. Also the in-process cost of admission per request,
+and for comparison the round trip a shared counter per request would add (a ``SELECT 1`` on
+the same PostgreSQL). Writes ``bench/results/fairness-<stamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.api.fairness import env_config
+from app.core import fairness as core
+from bench.common import ROOT, Stack, median, percentile, write_result
+from bench.fairness.cluster import API, flow_figures, start_servers, tenant
+from bench.fairness.team import Team
+
+TARGETS = {"p99_ratio": 1.5, "p99_ratio_bar": 2.0}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.fairness.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=15.0, help="per phase")
+    p.add_argument("--team-rate", type=float, default=20.0, help="team requests per second")
+    p.add_argument("--flood-workers", type=int, default=64)
+    p.add_argument("--preload", type=int, default=1000, help="objects in the flooded list")
+    return p.parse_args(argv)
+
+
+def summary(lat: dict[str, list[float]]) -> dict[str, Any]:
+    requests = [x for op, xs in lat.items() if op != "watch_event" for x in xs]
+    events = lat.get("watch_event", [])
+    ms = 1000.0
+    return {
+        "requests": len(requests),
+        "p50_ms": percentile(requests, 50) * ms,
+        "p99_ms": percentile(requests, 99) * ms,
+        "watch_events": len(events),
+        "watch_p50_ms": percentile(events, 50) * ms,
+        "watch_p99_ms": percentile(events, 99) * ms,
+        "by_op_p99_ms": {op: percentile(xs, 99) * ms for op, xs in sorted(lat.items())},
+    }
+
+
+async def preload(api: httpx.AsyncClient, url: str, admin: str, ns: str, n: int) -> None:
+    auth = {"Authorization": f"Bearer {admin}"}
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem:
+            body = {"metadata": {"name": f"big-{i}"}, "data": {"k": "v" * 200}}
+            r = await api.post(f"{url}{API}/namespaces/{ns}/configmaps", headers=auth, json=body)
+            assert r.status_code in (201, 409), r.text
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def sample_seats(api: httpx.AsyncClient, urls: list[str], out: list[float]) -> None:
+    """Every 0.25 s, the seats the flooder holds across all servers."""
+    while True:
+        figs = await asyncio.gather(*(flow_figures(api, u, "flooder") for u in urls))
+        out.append(sum(f["in_use"] for f in figs))
+        await asyncio.sleep(0.25)
+
+
+async def one_run(
+    args: argparse.Namespace, api: httpx.AsyncClient, team: Team, urls: list[str], flood: str
+) -> dict[str, Any]:
+    load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the reader
+    quiet = summary(await team.phase(args.seconds, args.team_rate))
+    quiet["failures"] = dict(team.failures)
+    flooder = subprocess.Popen(
+        [sys.executable, "-m", "bench.fairness.flooder", "--urls", ",".join(urls),
+         "--token", flood, "--seconds", str(args.seconds + 2),
+         "--workers", str(args.flood_workers)],
+        cwd=ROOT, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    await asyncio.sleep(2.0)  # the flood at full speed before the team's phase starts
+    seats: list[float] = []
+    sampler = asyncio.ensure_future(sample_seats(api, urls, seats))
+    flooded = summary(await team.phase(args.seconds, args.team_rate))
+    flooded["failures"] = dict(team.failures)
+    sampler.cancel()
+    await asyncio.gather(sampler, return_exceptions=True)
+    out, _ = await asyncio.get_running_loop().run_in_executor(None, flooder.communicate)
+    counts = json.loads(out.decode().strip().splitlines()[-1])
+    secs = counts.pop("seconds")
+    accepted = counts.get("create_accepted", 0) + counts.get("list_accepted", 0)
+    rejected = counts.get("create_rejected", 0) + counts.get("list_rejected", 0)
+    return {
+        "loadavg_1m": [load, os.getloadavg()[0]],
+        "quiet": quiet,
+        "flood": flooded,
+        "p50_ratio": flooded["p50_ms"] / quiet["p50_ms"],
+        "p99_ratio": flooded["p99_ms"] / quiet["p99_ms"],
+        "watch_p99_ratio": flooded["watch_p99_ms"] / quiet["watch_p99_ms"],
+        "flooder": {
+            "counts": counts,
+            "accepted_per_s": accepted / secs,
+            "rejected_per_s": rejected / secs,
+            "creates_accepted_per_s": counts.get("create_accepted", 0) / secs,
+            "lists_accepted_per_s": counts.get("list_accepted", 0) / secs,
+            "max_seats_across_servers": max(seats, default=0.0),
+        },
+    }
+
+
+def admission_cost_us(n: int = 200_000) -> float:
+    """Microseconds of the pure dispatcher per admitted and released request."""
+    d = core.Dispatcher(core.seat_limits(400, 2))
+    t0 = time.perf_counter()
+    for i in range(n):
+        d.release(d.offer(core.GLOBAL_DEFAULT, f"u{i % 8}", 1, float(i)), float(i))
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+async def shell_cost_us(n: int = 50_000) -> float:
+    """Microseconds of :meth:`FlowControl.seat` (the context manager, no queuing)."""
+    from app.api.fairness import FlowControl
+    from app.store.tokens import User
+
+    control = FlowControl(400, core.Config(), None)
+    user = User("alice", ("system:authenticated",))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        async with control.seat(user, 1):
+            pass
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+async def round_trip_us(db_url: str, n: int = 2000) -> float:
+    conn = await asyncpg.connect(db_url)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await conn.fetchval("SELECT 1")
+        return (time.perf_counter() - t0) / n * 1e6
+    finally:
+        await conn.close()
+
+
+async def bench(args: argparse.Namespace, stack: Stack, logs: Path) -> dict[str, Any]:
+    env = {**os.environ, "DATABASE_URL": stack.url, "QM_STREAM_DATABASE_URL": stack.url,
+           "QM_BOOTSTRAP_TOKEN": stack.token, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env.pop("QM_BROKER_URL", None)
+    servers = start_servers(env, stack.token, 2, logs)
+    urls = [s.url for s in servers]
+    total, config, _ = env_config(env)
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    try:
+        async with httpx.AsyncClient(timeout=60, limits=limits) as api:
+            api.base_url = httpx.URL(urls[0])
+            flood = await tenant(stack.url, api, stack.token, "flooder", "flood")
+            await tenant(stack.url, api, stack.token, "flooder", "flood-writes")
+            token = await tenant(stack.url, api, stack.token, "team-b", "team-b")
+            await preload(api, urls[0], stack.token, "flood", args.preload)
+            team = Team(api, urls, token, "team-b")
+            await team.seed(20)
+            runs = []
+            for i in range(args.runs):
+                runs.append(await one_run(args, api, team, urls, flood))
+                r = runs[-1]
+                print(f"run {i + 1}: team p99 quiet {r['quiet']['p99_ms']:.1f} ms, flood "
+                      f"{r['flood']['p99_ms']:.1f} ms (x{r['p99_ratio']:.2f}); flooder "
+                      f"{r['flooder']['accepted_per_s']:.0f} accepted/s, "
+                      f"{r['flooder']['rejected_per_s']:.0f} rejected/s", flush=True)  # fmt: skip
+    finally:
+        for s in servers:
+            s.stop()
+
+    def med(path: list[str]) -> float:
+        values = []
+        for r in runs:
+            v: Any = r
+            for k in path:
+                v = v[k]
+            values.append(float(v))
+        return median(values)
+
+    one_server = core.seat_limits(total, 1)[core.GLOBAL_DEFAULT]
+    return {
+        "runs": runs,
+        "median": {
+            "quiet_p50_ms": med(["quiet", "p50_ms"]),
+            "quiet_p99_ms": med(["quiet", "p99_ms"]),
+            "flood_p50_ms": med(["flood", "p50_ms"]),
+            "flood_p99_ms": med(["flood", "p99_ms"]),
+            "p50_ratio": med(["p50_ratio"]),
+            "p99_ratio": med(["p99_ratio"]),
+            "watch_quiet_p99_ms": med(["quiet", "watch_p99_ms"]),
+            "watch_flood_p99_ms": med(["flood", "watch_p99_ms"]),
+            "watch_p99_ratio": med(["watch_p99_ratio"]),
+            "flooder_accepted_per_s": med(["flooder", "accepted_per_s"]),
+            "flooder_rejected_per_s": med(["flooder", "rejected_per_s"]),
+            "flooder_max_seats_across_servers": med(["flooder", "max_seats_across_servers"]),
+        },
+        "one_server_share_of_level": one_server,
+        "settings": {
+            "seats": total,
+            "queue_length": config.queue_length,
+            "queue_wait_s": config.wait_limit,
+            "servers": 2,
+            **vars(args),
+        },
+        "admission_cost_us": {
+            "dispatcher": admission_cost_us(),
+            "seat_context": await shell_cost_us(),
+            "postgres_round_trip_for_comparison": await round_trip_us(stack.url),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    stack = Stack()
+    try:
+        result = asyncio.run(bench(args, stack, Path(stack.tmp) / "logs"))
+    finally:
+        stack.close()
+    m = result["median"]
+    result["targets"] = TARGETS
+    result["target_met"] = m["p99_ratio"] <= TARGETS["p99_ratio"]
+    result["bar_met"] = m["p99_ratio"] <= TARGETS["p99_ratio_bar"]
+    path = write_result("fairness", result)
+    print(json.dumps(m, indent=2))
+    print(f"p99 ratio {m['p99_ratio']:.2f} (target {TARGETS['p99_ratio']}, bar "
+          f"{TARGETS['p99_ratio_bar']}); flooder held at most "
+          f"{m['flooder_max_seats_across_servers']:.0f} seats across both servers, one "
+          f"server's share {result['one_server_share_of_level']}; wrote {path}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
