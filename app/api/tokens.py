@@ -142,12 +142,14 @@ async def create_sa_token(
     request: Request[Any, Any, Any], namespace: str, name: str
 ) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
+        # A TokenRequest-shaped body: only its spec matters (expirationSeconds, description).
         body = await _body(request) if (await request.body()).strip() else {}
-        if not isinstance(body, dict):
-            body = {"spec": body}
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-        spec = {**spec, "serviceAccount": {"namespace": namespace, "name": name}}
-        return await _create(request, user, {**body, "spec": spec})
+        spec = body.get("spec") if isinstance(body, dict) else body
+        if spec is None:
+            spec = {}
+        if isinstance(spec, dict):
+            spec = {**spec, "serviceAccount": {"namespace": namespace, "name": name}}
+        return await _create(request, user, {"spec": spec})
 
     return await guarded(request, run)
 

@@ -148,6 +148,7 @@ ALTER TABLE qm_audit DROP COLUMN groups;
 DROP TRIGGER IF EXISTS qm_tokens_object ON qm_tokens;
 DROP TRIGGER IF EXISTS qm_tokens_stamp ON qm_tokens;
 ALTER TABLE qm_tokens REPLICA IDENTITY DEFAULT;
+DROP INDEX IF EXISTS qm_tokens_username;
 ALTER TABLE qm_tokens DROP CONSTRAINT IF EXISTS qm_tokens_namespace_name,
   DROP CONSTRAINT IF EXISTS qm_tokens_description_length,
   DROP CONSTRAINT IF EXISTS qm_tokens_owner,

@@ -134,7 +134,9 @@ def test_service_account_tokens_authenticate_as_the_account_until_it_is_deleted(
     assert admin.post(f"{API}/namespaces", json={"metadata": {"name": ns}}).status_code == 201
     r = admin.post(f"{API}/namespaces/{ns}/serviceaccounts", json={"metadata": {"name": "ci"}})
     assert r.status_code == 201, r.text
-    r = admin.post(f"{API}/namespaces/{ns}/serviceaccounts/ci/token", json={})
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"expirationSeconds": 600}}  # fmt: skip
+    r = admin.post(f"{API}/namespaces/{ns}/serviceaccounts/ci/token", json=request)
     assert r.status_code == 201, r.text
     token = r.json()["status"]["token"]
     via_tokens = mint(admin, serviceAccount={"namespace": ns, "name": "ci"}, expirationSeconds=600)

@@ -20,6 +20,7 @@ from app.store.db import create_pool
 from app.store.store import Store
 from app.store.tokens import User
 from app.stream.cache import WatchCache
+from workers.controllers.namespace import ensure_default_account
 
 SA, CM, NS = BY_KIND["ServiceAccount"], BY_KIND["ConfigMap"], BY_KIND["Namespace"]
 
@@ -169,3 +170,15 @@ async def test_audit_rows_carry_the_principals_groups(pool: asyncpg.Pool) -> Non
         ("dana", ["team-d", "system:authenticated"], "update"),
         ("plain-name", [], "delete"),
     ]
+
+
+async def test_each_namespace_gets_a_default_service_account(pool: asyncpg.Pool) -> None:
+    store = Store(pool)
+    await store.create(NS, {"metadata": {"name": "fresh"}, "status": {"phase": "Active"}})
+    await ensure_default_account(store, "fresh")
+    first = await store.get(SA, "fresh", "default")
+    await ensure_default_account(store, "fresh")  # idempotent
+    assert (await store.get(SA, "fresh", "default")).uid == first.uid
+    await store.delete(SA, "fresh", "default")
+    await ensure_default_account(store, "fresh")  # a deleted one comes back
+    assert (await store.get(SA, "fresh", "default")).uid != first.uid

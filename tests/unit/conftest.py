@@ -96,6 +96,11 @@ MANIFESTS: dict[str, dict[str, Any]] = {
     },
     "ConfigMap": {"metadata": _meta("settings"), "data": {"key": "value"}},
     "Secret": {"metadata": _meta("creds"), "data": {"password": "aHVudGVyMg=="}},
+    "ServiceAccount": {
+        "metadata": _meta("ci"),
+        "secrets": [{"name": "creds"}],
+        "automountServiceAccountToken": False,
+    },
     "Event": {
         "metadata": _meta("web-0.1"),
         "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": "default"},

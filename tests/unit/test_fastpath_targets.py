@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.api.fastpath import _sample_target, _target
-from app.core.kinds import BY_KIND
+from app.core.kinds import KINDS
 
 V1 = "/apis/quaymaster.io/v1"
 
@@ -61,7 +61,7 @@ def test_lifespan_and_websocket_scopes_go_to_litestar() -> None:
 
 
 def test_every_kind_with_status_has_a_fast_status_put() -> None:
-    for kind in (k for k in BY_KIND.values() if k.has_status):
+    for kind in (k for k in KINDS if k.has_status):
         ns = "namespaces/x/" if kind.namespaced else ""
         assert _target(scope(f"{V1}/{ns}{kind.plural}/o/status")) is not None, kind.kind
 

@@ -124,8 +124,10 @@ def test_service_account_admission() -> None:
 
 
 def _args(**kw: Any) -> argparse.Namespace:
-    base = {"service_account": None, "user": None, "group": [], "ttl": None, "expires": None,
-            "description": ""}  # fmt: skip
+    base: dict[str, Any] = {
+        "service_account": None, "user": None, "group": [], "ttl": None, "expires": None,
+        "description": "",
+    }  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
 
 
