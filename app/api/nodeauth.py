@@ -190,6 +190,7 @@ async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
     pool: asyncpg.Pool = app.state.objects.store.pool
     app.state.agent_credential = await bootstrap.mint_apiserver_credential(pool, CREDENTIAL_TTL_S)
     app.state.node_authorizer = NodeAuthorizer(app.state.objects.cache)
+    app.state.node_authorizer.graph.current()  # built now, not on a node's first request
     chain = getattr(getattr(app.state, "authz", None), "chain", None)
     if chain is not None:
         chain.append(app.state.node_authorizer)

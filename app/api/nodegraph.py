@@ -6,8 +6,9 @@ its pods there reference. :class:`PodIndex` answers them from the watch cache: i
 a watcher of pods, so the cache hands it every change synchronously in ``apply`` (the index is
 always at the cache's revision: no queue, no lag), and keeps ``node -> namespace -> pod
 names``. A pod's references are parsed from its JSON only when asked, and remembered per
-version. After the cache reloads (it drops every watcher), the next question rebuilds the
-index from the cache.
+version. The index is built when the server starts (about 1 s per 100,000 pods, in the
+lifespan, before the server serves); after the cache reloads (it drops every watcher), the
+next question rebuilds it from the cache.
 
 :class:`NodeAuthorizer` is the authorizer the API's chain holds (``app.api.authz``).
 """
@@ -66,7 +67,7 @@ class PodIndex(Watcher):
         if not spaces:
             self.by_node.pop(node, None)
 
-    def _current(self) -> None:
+    def current(self) -> None:
         """Register with the cache (again, after a reload dropped every watcher)."""
         if self in self.cache.watchers:
             return
@@ -83,11 +84,11 @@ class PodIndex(Watcher):
         return (c.fields.get(_NODE_FIELD) or None) if c is not None else None
 
     def has_pods(self, node: str, namespace: str) -> bool:
-        self._current()
+        self.current()
         return bool(self.by_node.get(node, {}).get(namespace))
 
     def references(self, node: str, namespace: str) -> Set[node_authz.Ref]:
-        self._current()
+        self.current()
         out: set[node_authz.Ref] = set()
         for name in self.by_node.get(node, {}).get(namespace, ()):
             c = self.cache.get(POD, namespace, name)

@@ -68,6 +68,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         _a_pod_runs_on_a_local_agent(qm_env)
         _the_example_service_runs(qm_env, plan if namespaced else None)
         _each_local_node_is_its_own_hostname(qm_env)
+        _agents_joined_with_credentials_of_their_own(tmp_path / "state", written["token"])
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
@@ -86,6 +87,17 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert not pidfile.exists(), "PostgreSQL was stopped"
     if namespaced:
         assert not any(network.present(plan).values()), "the local network was removed"
+
+
+def _agents_joined_with_credentials_of_their_own(state: Path, admin_token: str) -> None:
+    """Each local agent joined with its one-time bootstrap token and keeps its node's own
+    credential, private, in its state directory (ADR 0045)."""
+    for zone in "abc":
+        saved = state / f"agent-{zone}" / "credential.json"
+        assert saved.stat().st_mode & 0o077 == 0, "the credential file is private"
+        credential = json.loads(saved.read_text())
+        assert credential["node"] == f"local-{zone}"
+        assert credential["token"] != admin_token
 
 
 def _qm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
