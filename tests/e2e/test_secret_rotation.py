@@ -10,7 +10,10 @@ key can be removed with every Secret still readable.
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import os
+import re
 import secrets
 import stat
 import threading
@@ -23,6 +26,7 @@ import httpx
 import psycopg
 import pytest
 
+from app.cli.main import main
 from app.devstack.apiserver import ApiServer
 from app.devstack.supervise import free_port
 from app.store import secret_keys
@@ -42,7 +46,7 @@ def b64(text: str) -> str:
 @pytest.fixture
 def cluster(
     make_database: Callable[[str], str], redis_url: str, tmp_path: Path
-) -> Iterator[tuple[list[httpx.Client], str, Path]]:
+) -> Iterator[tuple[list[httpx.Client], str, Path, str]]:
     url = make_database("qm_rotation")
     keys = tmp_path / "keys.json"
     secret_keys.ensure_keys_file(keys)
@@ -69,7 +73,7 @@ def cluster(
             httpx.Client(base_url=s.url, headers=headers, timeout=30.0, verify=s.ca_file or True)
             for s in servers
         ]
-        yield clients, url, keys
+        yield clients, url, keys, token
         for c in clients:
             c.close()
     finally:
@@ -121,8 +125,19 @@ def key_ids(url: str) -> set[str]:
         return {r[0] for r in rows}
 
 
-def test_rotation_while_serving(cluster: tuple[list[httpx.Client], str, Path]) -> None:
-    (a, b), url, keys = cluster
+def qm(client: httpx.Client, token: str, *args: str) -> tuple[int, str]:
+    """``qm --server URL --token T ARGS...`` in this process: its exit code and output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["--server", str(client.base_url).rstrip("/"), "--token", token, *args])
+    return code, out.getvalue()
+
+
+def test_rotation_while_serving(
+    cluster: tuple[list[httpx.Client], str, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (a, b), url, keys, token = cluster
+    monkeypatch.setenv("QM_CONFIG", str(keys.parent / "no-qm-config.yaml"))
     r = a.post(f"{API}/namespaces", json={"kind": "Namespace", "metadata": {"name": NS}})
     assert r.status_code == 201, r.text
     for i in range(COUNT + STATIC):
@@ -137,10 +152,10 @@ def test_rotation_while_serving(cluster: tuple[list[httpx.Client], str, Path]) -
     try:
         time.sleep(1.0)
         started = time.monotonic()
-        r = a.post(f"{KEYS}/rotate")
-        assert r.status_code == 200, r.text
-        new = r.json()["addedKeyId"]
-        assert new != old and r.json()["activeKeyId"] == new
+        code, printed = qm(a, token, "secrets", "rotate-key")  # no --wait: the client goes on
+        assert code == 0, printed
+        new = printed.split("new active key: ")[1].split()[0]
+        assert new != old and a.get(KEYS).json()["activeKeyId"] == new
         deadline = time.monotonic() + 120
         while True:
             status = a.get(KEYS).json()
@@ -163,9 +178,10 @@ def test_rotation_while_serving(cluster: tuple[list[httpx.Client], str, Path]) -
     assert b.get(KEYS).json()["activeKeyId"] == new  # the other server switched by itself
     assert key_ids(url) == {new}
 
-    r = a.post(f"{KEYS}/prune")
-    assert r.status_code == 200, r.text
-    assert r.json()["removedKeyIds"] == [old]
+    code, printed = qm(b, token, "secrets", "status")
+    assert code == 0 and re.search(rf"{new}\s+yes\s+{COUNT + STATIC}\n", printed), printed
+    code, printed = qm(a, token, "secrets", "prune-keys")
+    assert code == 0 and f"removed keys: {old}" in printed, printed
     ring, _ = secret_keys.parse(keys.read_text())
     assert set(ring.keys) == {new}
     assert stat.S_IMODE(keys.stat().st_mode) == 0o600
