@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from app.core import errors, secretbox
+from app.core.authz import Attributes
 from app.core.kinds import Kind
 from app.core.secretbox import SecretKeyError
 from app.store import secret_keys
@@ -40,17 +41,11 @@ def allowed(state: Any, user: User, verb: str, resource: str, namespace: str = "
     always. ``default`` answers while no authorizer is installed."""
     if MASTERS in user.groups:
         return True
-    chain = getattr(state, "authz", None)
-    if chain is None:
+    authz = getattr(state, "authz", None)
+    if authz is None:
         return default
-    from app.core.authz import Attributes  # type: ignore[import-not-found,unused-ignore]
-
     attrs = Attributes(verb=verb, resource=resource, namespace=namespace, name=name, group=group)
-    for authorizer in chain if isinstance(chain, list | tuple) else [chain]:
-        decide = getattr(authorizer, "authorize", authorizer)
-        if decide(user, attrs).allowed:
-            return True
-    return False
+    return bool(authz.authorize(user, attrs).allowed)
 
 
 def may_get(state: Any, user: User, namespace: str, name: str) -> bool:

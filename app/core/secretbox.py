@@ -155,7 +155,7 @@ def open_fields(obj: Mapping[str, Any], ring: Keyring) -> dict[str, Any]:
     data = out.get("data")
     if is_envelope(data):
         meta = out.get("metadata") or {}
-        data = open_envelope(data, ring, meta.get("namespace", ""), meta.get("name", ""))
+        data = open_envelope(str(data), ring, meta.get("namespace", ""), meta.get("name", ""))
     if data:
         out["data"] = data
     else:

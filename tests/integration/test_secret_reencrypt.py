@@ -41,6 +41,7 @@ async def test_store_seals_and_reencrypt_loses_no_race(pool: asyncpg.Pool) -> No
     )
     await store.update(SECRET, {**body, "data": {"k": b64("second")}}, created.row_version)
 
+    assert stale is not None
     ring = secret_keys.source().ring()
     progress = secret_rotation.Progress()
     assert await secret_rotation._one(pool, stale, ring, progress) == 1
