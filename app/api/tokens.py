@@ -16,6 +16,8 @@ A record not visible to the caller answers 404, as a missing one does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Request, Response, delete, get, post
@@ -63,30 +65,35 @@ def _may_see(request: Request[Any, Any, Any], user: User, obj: dict[str, Any], v
                                           group=AUTHN_GROUP))  # fmt: skip
 
 
-def _check_create(request: Request[Any, Any, Any], user: User, req: TokenRequest) -> None:
+def _check_create(request: Request[Any, Any, Any], user: User, req: TokenRequest) -> TokenRequest:
+    """``req`` if ``user`` may make it, shortened to the caller's own token's lifetime when only
+    the self-service rule allows it (a token cannot outlive the one that minted it); else 403."""
     if req.service_account is not None:
         if _may_mint_for_account(request, user, *req.service_account):
-            return
+            return req
         ns, name = req.service_account
         raise errors.Forbidden(
             f'serviceaccounts/token "{name}" is forbidden: User "{user.name}" cannot create'
             f' resource "serviceaccounts/token" in API group "quaymaster.io" in the namespace'
             f' "{ns}"'
         )
+    if _can(request, user, Attributes("create", "tokens", group=AUTHN_GROUP)):
+        return req
     own = set(user.groups) - {AUTHENTICATED}
     if req.user == user.name and not user.name.startswith("system:") and set(req.groups) <= own:
-        return
-    if not _can(request, user, Attributes("create", "tokens", group=AUTHN_GROUP)):
-        raise errors.Forbidden(
-            f'tokens is forbidden: User "{user.name}" cannot create resource "tokens" in API'
-            f' group "{AUTHN_GROUP}" at the cluster scope (a token of another user, or with'
-            " groups you are not in)"
-        )
+        if user.expires_at is None:
+            return req
+        left = int((user.expires_at - datetime.now(UTC)).total_seconds())
+        return replace(req, ttl_s=max(1, min(req.ttl_s, left)))
+    raise errors.Forbidden(
+        f'tokens is forbidden: User "{user.name}" cannot create resource "tokens" in API'
+        f' group "{AUTHN_GROUP}" at the cluster scope (a token of another user, or with'
+        " groups you are not in)"
+    )
 
 
 async def _create(request: Request[Any, Any, Any], user: User, body: Any) -> Response[Any]:
-    req = check_request(body, user.name)
-    _check_create(request, user, req)
+    req = _check_create(request, user, check_request(body, user.name))
     pool = request.app.state.objects.store.pool
     if req.service_account is not None:
         ns, name = req.service_account

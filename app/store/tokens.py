@@ -29,11 +29,13 @@ from app.core.principals import AUTHN_VERSION, actor, service_account_user
 
 @dataclass(frozen=True)
 class User:
-    """An authenticated principal. ``token_id``: the token it presented ('' when none)."""
+    """An authenticated principal; ``token_id`` and ``expires_at``: of the token it presented
+    ('' and None when none, or when it never expires)."""
 
     name: str
     groups: tuple[str, ...]
     token_id: str = ""
+    expires_at: datetime | None = None
 
     @property
     def actor(self) -> str:
@@ -177,7 +179,7 @@ async def lookup(pool: asyncpg.Pool, token: str) -> Credential | None:
     )
     if rec is None:
         return None
-    user = User(rec["username"], tuple(rec["groups"]), rec["name"])
+    user = User(rec["username"], tuple(rec["groups"]), rec["name"], rec["expires_at"])
     return Credential(user, rec["uid"], rec["expires_at"])
 
 

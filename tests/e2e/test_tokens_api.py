@@ -173,6 +173,9 @@ def test_self_service_stays_within_ones_own_groups(
     with client(api_server, erin["status"]["token"]) as c:
         own = mint(c, groups=["readers"], expirationSeconds=600)
         assert own["spec"] == {**own["spec"], "user": "erin", "groups": ["readers"]}
+        longer = mint(c, expirationSeconds=7200)  # cannot outlive the token that minted it
+        expiry = erin["spec"]["expirationTimestamp"]
+        assert longer["spec"]["expirationTimestamp"] <= expiry
         for spec in ({"groups": ["system:masters"]}, {"user": "hank"}):
             r = c.post(f"{AUTHN}/tokens", json={"spec": spec})
             assert r.status_code == 403 and r.json()["reason"] == "Forbidden", r.text

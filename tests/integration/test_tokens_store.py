@@ -88,7 +88,8 @@ async def test_only_the_digest_is_stored(pool: asyncpg.Pool) -> None:
 async def test_expired_and_revoked_tokens_are_refused(pool: asyncpg.Pool) -> None:
     minted = await tokens.mint(pool, "bob", (), 3600)
     cred = await tokens.lookup(pool, minted.token)
-    assert cred is not None and cred.user == User("bob", (), minted.obj["metadata"]["name"])
+    assert cred is not None and cred.user.name == "bob" and cred.user.groups == ()
+    assert cred.user.token_id == minted.obj["metadata"]["name"] and cred.user.expires_at
     await pool.execute(
         "UPDATE qm_tokens SET expires_at = now() - interval '1 second' WHERE token_sha256 = $1",
         tokens.digest(minted.token),
