@@ -179,7 +179,13 @@ def source() -> KeySource:
 
 
 def seal_spec(spec: Mapping[str, Any], namespace: str, name: str) -> dict[str, Any]:
-    """A Secret's stored fields with ``data`` sealed under the active key."""
+    """A Secret's stored fields with ``data`` sealed under the active key. Data that is an
+    envelope already (a Secret read from the store and written back) is kept only if it opens
+    for this very Secret: one copied from another Secret must be opened first
+    (:func:`open_object`), or it would be stored unreadable."""
+    data = spec.get("data")
+    if secretbox.is_envelope(data):
+        source().open(str(data), namespace, name)  # SecretKeyError: sealed for another Secret
     return secretbox.seal_spec(spec, source().ring(), namespace, name)
 
 

@@ -127,3 +127,20 @@ def test_no_keys_file_refuses() -> None:
         secret_keys.KeySource(None).ring()
     with pytest.raises(SecretKeyError, match="no active"):
         secretbox.seal(DATA, Keyring(), "n", "s")
+
+
+def test_store_seal_refuses_an_envelope_of_another_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "keys.json"
+    secret_keys.ensure_keys_file(path)
+    monkeypatch.setenv(secret_keys.ENV, str(path))
+    sealed = secret_keys.seal_spec({"data": DATA}, "ns", "a")
+    assert secret_keys.seal_spec(sealed, "ns", "a") == sealed  # written back as read
+    with pytest.raises(SecretKeyError):
+        secret_keys.seal_spec(sealed, "ns", "copy-of-a")
+    opened = secret_keys.open_object({"metadata": {"namespace": "ns", "name": "a"}, **sealed})
+    assert secret_keys.open_object(
+        {"metadata": {"namespace": "ns", "name": "b"},
+         **secret_keys.seal_spec({"data": opened["data"]}, "ns", "b")}
+    )["data"] == DATA  # fmt: skip
