@@ -177,3 +177,27 @@ def test_example_manifests_validate_and_unknown_top_level_fields_do_not(
         jsonschema_rs.validate(root, manifest)
         with pytest.raises(jsonschema_rs.ValidationError):
             jsonschema_rs.validate(root, {**manifest, "spek": {}})
+
+
+def test_scale_subresources_speak_autoscaling_scale() -> None:
+    path = f"{PREFIX}/namespaces/{{namespace}}/deployments/{{name}}/scale"
+    for method, opid in (("get", "readDeploymentScale"), ("patch", "patchDeploymentScale")):
+        op = operation(Route(path, method, opid))
+        assert op[GVK] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+        ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok["$ref"].endswith("autoscaling.v1.Scale")
+    assert "422" in operation(Route(path, "put", "replaceDeploymentScale"))["responses"]
+
+
+def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:
+    ids = [op["operationId"] for _p, _m, op in _operations(doc)]
+    assert len(ids) == len(set(ids))
+    twice = document([Route("/a", "get", "same"), Route("/b", "get", "same")], "t", "1")
+    assert {
+        twice["paths"]["/a"]["get"]["operationId"],
+        twice["paths"]["/b"]["get"]["operationId"],
+    } == {"same", "same2"}
+
+
+def test_core_group_paths_have_their_own_document() -> None:
+    assert index_key("/api/v1/namespaces/{namespace}/events") == "api/v1"

@@ -24,6 +24,7 @@ from app.core.openapi.operations import Route, operation
 __all__ = ["Route", "document", "document_hash", "index", "index_key", "split"]
 
 _GV = re.compile(r"^/apis/(?P<group>[^/{]+)/(?P<version>[^/{]+)(?:/|$)")
+_CORE = re.compile(r"^/api/(?P<version>[^/{]+)(?:/|$)")
 _REF = re.compile(r'"#/components/schemas/([^"]+)"')
 
 
@@ -32,8 +33,14 @@ def document(
 ) -> dict[str, Any]:
     """The whole document: every route's operation and every schema."""
     paths: dict[str, dict[str, Any]] = {}
+    seen: dict[str, int] = {}
     for route in sorted(routes, key=lambda r: (r.path, r.method)):
-        paths.setdefault(route.path, {})[route.method] = operation(route)
+        op = operation(route)
+        # One handler may serve several paths; operation ids must stay unique.
+        n = seen[op["operationId"]] = seen.get(op["operationId"], 0) + 1
+        if n > 1:
+            op["operationId"] += str(n)
+        paths.setdefault(route.path, {})[route.method] = op
     return {
         "openapi": "3.0.0",
         "info": {
@@ -53,11 +60,14 @@ def document(
 
 def index_key(path: str) -> str:
     """The ``/openapi/v3`` document a path belongs to: ``apis/<group>/<version>`` for a
-    group-version's paths, ``apis`` for the group list and a group's versions, else the
-    path's first segment."""
+    group-version's paths (``api/<version>`` for the core group's), ``apis`` for the group
+    list and a group's versions, else the path's first segment."""
     m = _GV.match(path)
     if m:
         return f"apis/{m['group']}/{m['version']}"
+    core = _CORE.match(path)
+    if core:
+        return f"api/{core['version']}"
     first = path.strip("/").split("/", 1)[0]
     return first or "root"
 

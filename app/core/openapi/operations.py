@@ -68,6 +68,7 @@ _KIND_OP = re.compile(
     r"^(?P<verb>list|read|create|replace|patch|delete)(?P<kind>[A-Z][A-Za-z0-9]*?)"
     r"(?P<sub>Status)?(?P<all>ForAllNamespaces)?$"
 )
+_SCALE_OP = re.compile(r"^(?P<verb>read|replace|patch)(?P<kind>[A-Z][A-Za-z0-9]*)Scale$")
 _PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 
@@ -90,6 +91,14 @@ def kind_route(route: Route) -> tuple[str, Kind, bool, bool] | None:
     if m is None or m["kind"] not in BY_KIND:
         return None
     return m["verb"], BY_KIND[m["kind"]], bool(m["sub"]), bool(m["all"])
+
+
+def scale_route(route: Route) -> tuple[str, Kind] | None:
+    """(verb, kind) for a kind's ``scale`` subresource route (``app.api.scale``)."""
+    m = _SCALE_OP.match(route.operation_id)
+    if m is None or m["kind"] not in BY_KIND or not route.path.endswith("/scale"):
+        return None
+    return m["verb"], BY_KIND[m["kind"]]
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -222,6 +231,31 @@ def kind_operation(
     return op
 
 
+def scale_operation(route: Route, verb: str, kind: Kind) -> dict[str, Any]:
+    """A ``scale`` subresource operation: an ``autoscaling/v1`` ``Scale`` in and out, written
+    as a patch of the object, so the object's own codes (``kubectl scale`` reads these)."""
+    scale = s.ref(s.SCALE)
+    op: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "tags": list(route.tags),
+        "parameters": _path_params(route.path),
+        s.GVK: s.gvk("Scale", "autoscaling", "v1"),
+        "x-kubernetes-action": {"read": "get", "replace": "put"}.get(verb, verb),
+    }
+    if verb == "replace":
+        op["parameters"] += WRITE_PARAMS
+        op["requestBody"] = _body({JSON: scale})
+    elif verb == "patch":
+        op["parameters"] += WRITE_PARAMS
+        op["requestBody"] = _body(
+            {MERGE: {"type": "object", s.PRESERVE: True}, JSONPATCH: JSON_PATCH_OPS}
+        )
+    del kind  # the same Scale whatever the kind
+    op["responses"] = {**_ok(200, scale), **_errors(GUARDED + BY_VERB[verb])}
+    return op
+
+
 def generic_operation(route: Route) -> dict[str, Any]:
     """The operation of a route this module has no specific knowledge of."""
     anonymous = route.operation_id in ANONYMOUS or route.path.startswith(ANONYMOUS_PREFIXES)
@@ -273,6 +307,9 @@ def operation(route: Route) -> dict[str, Any]:
     known = kind_route(route)
     if known is not None:
         return kind_operation(route, *known)
+    scaled = scale_route(route)
+    if scaled is not None:
+        return scale_operation(route, *scaled)
     op = generic_operation(route)
     op["parameters"] += EXTRA_PARAMS.get(route.operation_id, [])
     if route.operation_id in TEXT_ANSWERS:

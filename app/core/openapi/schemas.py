@@ -27,6 +27,7 @@ DELETE_OPTIONS = f"{META}.DeleteOptions"
 WATCH_EVENT = f"{META}.WatchEvent"
 PATCH = f"{META}.Patch"
 ANY_OBJECT = "io.quaymaster.AnyObject"
+SCALE = "io.k8s.api.autoscaling.v1.Scale"
 GVK = "x-kubernetes-group-version-kind"
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
@@ -89,6 +90,12 @@ FIELD_TYPES: dict[str, Schema] = {
     "firstTimestamp": {"type": "string"},
     "lastTimestamp": {"type": "string"},
     "reportingComponent": {"type": "string"},
+    "rules": {"type": "array", "items": _OPEN},
+    "subjects": {"type": "array", "items": _OPEN},
+    "roleRef": _OPEN,
+    "secrets": {"type": "array", "items": _OPEN},
+    "imagePullSecrets": {"type": "array", "items": _OPEN},
+    "automountServiceAccountToken": {"type": "boolean"},
 }
 
 
@@ -206,6 +213,25 @@ def watch_event() -> Schema:
     }
 
 
+def scale() -> Schema:
+    """``autoscaling/v1`` ``Scale``: the wanted size in spec, the current one and the pods'
+    label query in status (:mod:`app.core.scale`)."""
+    return {
+        "type": "object",
+        "properties": {
+            "apiVersion": _str(),
+            "kind": _str(),
+            "metadata": ref(OBJECT_META),
+            "spec": {"type": "object", "properties": {"replicas": _int(0)}},
+            "status": {
+                "type": "object",
+                "properties": {"replicas": _int(0), "selector": _str()},
+            },
+        },
+        GVK: [gvk("Scale", "autoscaling", "v1")],
+    }
+
+
 def kind_object(kind: Kind) -> Schema:
     """A kind's object: a closed top level, as admission's field check keeps it."""
     fields = list(kind.spec_fields) + (["status"] if kind.has_status else [])
@@ -253,6 +279,7 @@ def components(kinds: tuple[Kind, ...]) -> dict[str, Schema]:
             PRESERVE: True,
         },
         ANY_OBJECT: {"type": "object", PRESERVE: True},
+        SCALE: scale(),
     }
     for kind in kinds:
         out[kind_schema_name(kind)] = kind_object(kind)
