@@ -347,9 +347,12 @@ async def test_the_loop_stops_nothing_before_the_first_list() -> None:
 
 
 def test_settings_come_from_flags_over_environment() -> None:
-    env = {"QM_API_URL": "http://api:1", "QM_BOOTSTRAP_TOKEN": "t", "QM_AGENT_ZONE": "z1"}
+    env = {"QM_API_URL": "http://api:1", "QM_AGENT_TOKEN": "t", "QM_AGENT_ZONE": "z1"}
     cfg = parse(["--zone", "z2", "--runtime", "sim"], env, hostname="Box")
     assert (cfg.server, cfg.token, cfg.node_name) == ("http://api:1", "t", "box")
+    # The administrator's token is never an agent's (it joins with a bootstrap token).
+    admin_only = parse([], {"QM_BOOTSTRAP_TOKEN": "admin"}, hostname="box")
+    assert (admin_only.token, admin_only.bootstrap_token) == (None, None)
     assert (cfg.zone, cfg.runtime, cfg.pods_dir.name) == ("z2", "sim", "pods")
     with pytest.raises(ConfigError):
         parse(["--runtime", "crun"], env)
