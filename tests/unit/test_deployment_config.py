@@ -214,3 +214,18 @@ def test_without_configs_nothing_changes() -> None:
     assert rs["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"] == {
         "name": "settings"
     }
+
+
+def test_a_deleted_source_keeps_the_snapshot_the_pods_read_and_rolls_nothing_out() -> None:
+    d = dep()
+    store = {("ConfigMap", "settings"): cm("settings", {"mode": "a"})}
+    _converge(d, store)
+    before = {k: v["metadata"]["name"] for k, v in store.items() if k[0] == "ReplicaSet"}
+    del store[("ConfigMap", "settings")]
+    _converge(d, store)
+    assert {k: v["metadata"]["name"] for k, v in store.items() if k[0] == "ReplicaSet"} == before
+    assert _active(store) == ["a"]
+    # Put back with new content: that is a change, and it rolls out.
+    store[("ConfigMap", "settings")] = cm("settings", {"mode": "b"})
+    _converge(d, store)
+    assert _active(store) == ["b"]

@@ -115,13 +115,16 @@ def reconcile(
     if is_deleting(dep):
         return Plan()
     d = _Spec.of(dep)
-    pinned = pin(dep, d.template, configs) if configs is not None else Pinned(d.template)
-    d = dataclasses.replace(d, template=pinned.template)
     owned = [
         rs
         for rs in replicasets
         if controller_uid(rs) == str(dep["metadata"]["uid"]) and not is_deleting(rs)
     ]
+    pinned = Pinned(d.template)
+    if configs is not None:
+        newest = max((_RS.of(rs) for rs in owned), key=lambda r: r.revision, default=None)
+        pinned = pin(dep, d.template, configs, newest.template if newest else None)
+        d = dataclasses.replace(d, template=pinned.template)
     template_h = template_hash(d.template)
     new, olds = split_new_and_old([_RS.of(rs) for rs in owned], template_h)
     conditions = copy.deepcopy((dep.get("status") or {}).get("conditions") or [])

@@ -14,13 +14,16 @@ what the controller hashes and gives the new ReplicaSet, so:
   config while new ones get the new, and putting an old ReplicaSet's template back
   (``qm rollout undo``) brings its config back with it: a reference that already names a
   snapshot is left as it is;
+* a referenced object that is deleted keeps the snapshot the newest ReplicaSet reads, so its
+  deletion rolls nothing out (pods that could not start);
 * a re-encryption of a Secret changes no digest (the shell passes a digest of the plaintext,
   ``app.store.secret_keys.content_digest``), so it rolls nothing out.
 
 Snapshots are owned by the Deployment (the garbage collector removes them with it) and carry
 ``SNAPSHOT_LABEL``; :func:`unused` names the ones no kept ReplicaSet and not the pinned template
 references any more, which the controller deletes with the history they belonged to. A
-reference to an object that does not exist (yet, or ``optional``) stays as written.
+reference to an object that does not exist (yet, or ``optional``) and was never snapshotted
+stays as written.
 """
 
 from __future__ import annotations
@@ -118,14 +121,21 @@ def snapshot_name(dep: Obj, kind: str, name: str, content: str) -> str:
     return f"{name[: MAX_NAME - 11].rstrip('.-')}-{h}"
 
 
-def pin(dep: Obj, template: Obj, configs: Configs) -> Pinned:
+def pin(dep: Obj, template: Obj, configs: Configs, current: Obj | None = None) -> Pinned:
     """The template with every reference to an existing, non-snapshot source rewritten to its
-    snapshot, and the snapshots to create (those the Deployment does not own yet)."""
+    snapshot, and the snapshots to create (those the Deployment does not own yet).
+
+    A source that is gone keeps the snapshot ``current`` (the newest ReplicaSet's template)
+    reads, if any: deleting a ConfigMap must not roll out pods that cannot start."""
     pinned = copy.deepcopy(template)
     have = {(s["kind"], s["metadata"]["name"]) for s in configs.snapshots}
+    running = _running(configs, current)
     creates: dict[Ref, Obj] = {}
     for holder, key, kind in _slots(pinned):
         source = configs.sources.get((kind, str(holder.get(key))))
+        if source is None and (kind, str(holder.get(key))) in running:
+            holder[key] = running[(kind, str(holder[key]))]
+            continue
         if source is None or source.is_snapshot:
             continue
         name = snapshot_name(dep, kind, str(holder[key]), source.digest)
@@ -133,6 +143,21 @@ def pin(dep: Obj, template: Obj, configs: Configs) -> Pinned:
             creates[(kind, name)] = snapshot(dep, source.obj, name)
         holder[key] = name
     return Pinned(pinned, tuple(creates.values()))
+
+
+def _running(configs: Configs, current: Obj | None) -> dict[Ref, str]:
+    """(kind, source name) -> the snapshot of it that ``current`` references."""
+    if current is None:
+        return {}
+    used = references(current)
+    out: dict[Ref, str] = {}
+    for s in configs.snapshots:
+        meta = s["metadata"]
+        if (s["kind"], meta["name"]) in used:
+            source = (meta.get("annotations") or {}).get(SOURCE_ANNOTATION)
+            if source:
+                out[(s["kind"], str(source))] = meta["name"]
+    return out
 
 
 def snapshot(dep: Obj, source: Obj, name: str) -> Obj:
