@@ -29,6 +29,7 @@ from app.api.reviews import HANDLERS as REVIEW_HANDLERS
 from app.api.routes import all_handlers
 from app.api.scale import HANDLERS as SCALE_HANDLERS
 from app.api.secrets import HANDLERS as SECRET_KEY_HANDLERS
+from app.api.secrets import secrets_lifespan
 from app.api.service import Objects
 from app.api.subscribers import HANDLERS as SUBSCRIBER_HANDLERS
 from app.api.tokens import HANDLERS as TOKEN_HANDLERS
@@ -152,7 +153,9 @@ def create_litestar() -> Litestar:
             *SECRET_KEY_HANDLERS,
             *OPENAPI_HANDLERS,
         ],
-        lifespan=[lifespan, usage_lifespan, fairness_lifespan, credential_lifespan],
+        lifespan=[
+            lifespan, usage_lifespan, fairness_lifespan, credential_lifespan, secrets_lifespan
+        ],
         exception_handlers={
             errors.StatusError: _status_error,
             HTTPException: _http_error,

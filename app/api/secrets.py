@@ -11,17 +11,20 @@ the keys nothing uses). Only principals allowed the verb on ``secretkeys`` in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import Litestar, Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
 from app.api.responses import json_response
 from app.api.routes import guarded
 from app.api.secret_view import allowed
 from app.core import errors
+from app.core.secretbox import SecretKeyError
 from app.store import secret_keys, secret_rotation
 from app.store.tokens import User
 
@@ -61,9 +64,12 @@ def _progress(request: Request[Any, Any, Any]) -> secret_rotation.Progress:
 
 
 def _start(request: Request[Any, Any, Any]) -> None:
+    _progress(request)
+    _start_on(request.app.state)
+
+
+def _start_on(state: Any) -> None:
     """Start a re-encryption unless one runs in this server already."""
-    state = request.app.state
-    progress = _progress(request)
     task: asyncio.Task[Any] | None = state.secret_rotation_task
     if task is not None and not task.done():
         return
@@ -75,9 +81,8 @@ def _start(request: Request[Any, Any, Any]) -> None:
             await secret_rotation.reencrypt(pool, progress)
             log.warning("Secrets re-encrypted under %s: %d rewritten, %d failed",
                         progress.active, progress.reencrypted, len(progress.failed))  # fmt: skip
-        except Exception:
+        except Exception:  # the task's end is its report: qm secrets status shows it idle
             log.exception("the re-encryption of Secrets stopped")
-            raise
 
     state.secret_rotation_task = asyncio.create_task(run())
 
@@ -137,6 +142,32 @@ async def _prune(request: Request[Any, Any, Any]) -> dict[str, Any]:
     removed = await asyncio.to_thread(secret_keys.remove_keys, _keys_path(), unused)
     secret_keys.source().ring(force=True)
     return {"removedKeyIds": removed}
+
+
+@contextlib.asynccontextmanager
+async def secrets_lifespan(app: Litestar) -> AsyncIterator[None]:
+    """At start, Secrets stored before encryption was on (plaintext ``data``) are sealed in the
+    background, as by ``reencrypt``; at stop, a running re-encryption is cancelled (``qm secrets
+    reencrypt`` finishes it)."""
+    state = app.state
+    state.secret_rotation, state.secret_rotation_task = secret_rotation.Progress(), None
+    try:
+        secret_keys.source().ring()
+    except SecretKeyError as exc:
+        log.error("Secrets can be neither written nor read: %s", exc)
+    else:
+        plaintext = (await secret_rotation.counts_by_key(state.objects.store.pool)).get("", 0)
+        if plaintext:
+            log.warning("sealing %d Secrets stored in plaintext", plaintext)
+            _start_on(state)
+    try:
+        yield
+    finally:
+        task = state.secret_rotation_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 @get(PREFIX, operation_id="readSecretKeyStatus", tags=["SecretKeys"],

@@ -1,4 +1,8 @@
-"""Encryption keys for Secrets at rest.
+"""Encryption keys for Secrets at rest: no schema change.
+
+The keys live in a file (``QM_SECRET_KEYS``), not in a table, and a Secret's sealed ``data`` is
+a string in the same ``spec`` column (ADR 0048). Secrets stored before are sealed by the API
+servers when they start, not here: a migration has no keys.
 
 Revision ID: 0012
 Revises: 0011

@@ -48,6 +48,12 @@ def cluster(
     make_database: Callable[[str], str], redis_url: str, tmp_path: Path
 ) -> Iterator[tuple[list[httpx.Client], str, Path, str]]:
     url = make_database("qm_rotation")
+    with psycopg.connect(url, autocommit=True) as db:  # stored before encryption was on
+        db.execute(
+            "INSERT INTO secrets (uid, namespace, name, spec) VALUES (gen_random_uuid(), %s,"
+            " 'legacy', '{\"type\": \"Opaque\", \"data\": {\"n\": \"MA==\"}}')",
+            (NS,),
+        )
     keys = tmp_path / "keys.json"
     secret_keys.ensure_keys_file(keys)
     token = secrets.token_urlsafe(24)
@@ -138,8 +144,13 @@ def test_rotation_while_serving(
 ) -> None:
     (a, b), url, keys, token = cluster
     monkeypatch.setenv("QM_CONFIG", str(keys.parent / "no-qm-config.yaml"))
+    deadline = time.monotonic() + 30
+    while a.get(KEYS).json()["plaintextSecrets"]:  # sealed by the servers as they start
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     r = a.post(f"{API}/namespaces", json={"kind": "Namespace", "metadata": {"name": NS}})
     assert r.status_code == 201, r.text
+    assert a.get(f"{SECRETS}/legacy").json()["data"] == {"n": b64("0")}
     for i in range(COUNT + STATIC):
         body = {"kind": "Secret", "metadata": {"name": f"s{i}"}, "data": {"n": b64("0")}}
         assert a.post(SECRETS, json=body).status_code == 201
@@ -179,7 +190,7 @@ def test_rotation_while_serving(
     assert key_ids(url) == {new}
 
     code, printed = qm(b, token, "secrets", "status")
-    assert code == 0 and re.search(rf"{new}\s+yes\s+{COUNT + STATIC}\n", printed), printed
+    assert code == 0 and re.search(rf"{new}\s+yes\s+{COUNT + STATIC + 1}\n", printed), printed
     code, printed = qm(a, token, "secrets", "prune-keys")
     assert code == 0 and f"removed keys: {old}" in printed, printed
     ring, _ = secret_keys.parse(keys.read_text())
