@@ -65,18 +65,28 @@ def _may_see(request: Request[Any, Any, Any], user: User, obj: dict[str, Any], v
                                           group=AUTHN_GROUP))  # fmt: skip
 
 
+def _check_account(request: Request[Any, Any, Any], user: User, ns: str, name: str) -> None:
+    """May ``user`` mint tokens of the account ``ns/name``: nothing (allowed), a 403 naming the
+    permission, or, where ``user`` holds nothing in ``ns``, the 404 a missing namespace gets."""
+    if _may_mint_for_account(request, user, ns, name):
+        return
+    attrs = Attributes("create", "serviceaccounts", ns, name, subresource="token")
+    authz = getattr(request.app.state, "authz", None)
+    if authz is not None and authz.check(user, attrs) == "hidden":
+        raise errors.NotFound(f'namespaces "{ns}" not found', kind="namespaces", name=ns)
+    raise errors.Forbidden(
+        f'serviceaccounts/token "{name}" is forbidden: User "{user.name}" cannot create'
+        f' resource "serviceaccounts/token" in API group "quaymaster.io" in the namespace'
+        f' "{ns}"'
+    )
+
+
 def _check_create(request: Request[Any, Any, Any], user: User, req: TokenRequest) -> TokenRequest:
     """``req`` if ``user`` may make it, shortened to the caller's own token's lifetime when only
     the self-service rule allows it (a token cannot outlive the one that minted it); else 403."""
     if req.service_account is not None:
-        if _may_mint_for_account(request, user, *req.service_account):
-            return req
-        ns, name = req.service_account
-        raise errors.Forbidden(
-            f'serviceaccounts/token "{name}" is forbidden: User "{user.name}" cannot create'
-            f' resource "serviceaccounts/token" in API group "quaymaster.io" in the namespace'
-            f' "{ns}"'
-        )
+        _check_account(request, user, *req.service_account)
+        return req
     if _can(request, user, Attributes("create", "tokens", group=AUTHN_GROUP)):
         return req
     own = set(user.groups) - {AUTHENTICATED}

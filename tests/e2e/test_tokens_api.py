@@ -279,3 +279,47 @@ def test_cli_reports_bad_durations(qm: Qm) -> None:
     assert short.returncode == 1 and "spec.expirationSeconds" in short.stderr
     sa = qm("token", "create", "--service-account", "default/nobody")
     assert sa.returncode == 1 and "spec.serviceAccount.name" in sa.stderr
+
+
+def test_minting_for_a_service_account_is_an_rbac_permission(
+    admin: httpx.Client, api_server: ApiServer
+) -> None:
+    """``create serviceaccounts/token`` on the account; where the caller holds nothing in the
+    namespace, the answer is the one a missing namespace gets."""
+    suffix = secrets.token_hex(3)
+    mine, theirs, seen = f"ci-{suffix}", f"other-{suffix}", f"seen-{suffix}"
+    for ns in (mine, theirs, seen):
+        assert admin.post(f"{API}/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+        sa = admin.post(f"{API}/namespaces/{ns}/serviceaccounts", json={"metadata": {"name": "b"}})
+        assert sa.status_code == 201, sa.text
+    rule = {"apiGroups": ["quaymaster.io"], "verbs": ["create"],
+            "resources": ["serviceaccounts/token"], "resourceNames": ["b"]}  # fmt: skip
+    role = {"metadata": {"name": "minter"}, "rules": [rule]}
+    assert admin.post(f"{API}/namespaces/{mine}/roles", json=role).status_code == 201
+    binding = {"metadata": {"name": "lee-mints"}, "roleRef": {"kind": "Role", "name": "minter"},
+               "subjects": [{"kind": "User", "name": "lee"}]}  # fmt: skip
+    assert admin.post(f"{API}/namespaces/{mine}/rolebindings", json=binding).status_code == 201
+    view = {"metadata": {"name": "lee-views"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "name": "lee"}]}  # fmt: skip
+    assert admin.post(f"{API}/namespaces/{seen}/rolebindings", json=view).status_code == 201
+    lee = mint(admin, user="lee", expirationSeconds=600)["status"]["token"]
+    with client(api_server, lee) as c:
+
+        def ask(ns: str) -> httpx.Response:
+            deadline = time.monotonic() + 5
+            while True:  # the bindings reach this server's cache through the stream
+                r = c.post(f"{API}/namespaces/{ns}/serviceaccounts/b/token", json={})
+                if r.status_code != 404 or ns != mine or time.monotonic() > deadline:
+                    return r
+
+        r = ask(mine)
+        assert r.status_code == 201, r.text
+        me = whoami(api_server, r.json()["status"]["token"]).json()["status"]["userInfo"]
+        assert me["username"] == f"system:serviceaccount:{mine}:b"
+        hidden, missing = ask(theirs), ask(f"nowhere-{suffix}")
+        assert hidden.status_code == missing.status_code == 404
+        assert hidden.json()["message"] == f'namespaces "{theirs}" not found'
+        assert missing.json()["message"] == f'namespaces "nowhere-{suffix}" not found'
+        refused = ask(seen)
+        assert refused.status_code == 403, refused.text
+        assert "serviceaccounts/token" in refused.json()["message"]
