@@ -14,12 +14,14 @@ import msgspec
 from litestar import Request, Response, get, patch, put
 from litestar.handlers import HTTPRouteHandler
 
+from app.api import authz
 from app.api.dry_run import wants_dry_run
 from app.api.responses import json_response
 from app.api.routes import PREFIX, guarded
 from app.api.service import JSONPATCH, MERGE, Objects, decode_body
 from app.core import errors
 from app.core import scale as core
+from app.core.authz import Attributes
 from app.core.kinds import BY_KIND, Kind
 from app.core.patch import json_patch, merge_patch
 from app.store.tokens import User
@@ -31,7 +33,7 @@ async def _write(
     request: Request[Any, Any, Any], kind: Kind, namespace: str, name: str, scale: Any,
     user: User,
 ) -> Response[Any]:  # fmt: skip
-    objects: Objects = request.app.state.objects
+    objects: Objects = authz.objects_of(request)
     replicas = core.wanted_replicas(scale, name)
     rv = ((scale.get("metadata") or {}) if isinstance(scale, dict) else {}).get("resourceVersion")
     body = _enc.encode(core.object_patch(kind.kind, replicas, rv))
@@ -45,8 +47,11 @@ def scale_handlers(kind: Kind) -> list[HTTPRouteHandler]:
     path = f"{PREFIX}/namespaces/{{namespace:str}}/{kind.plural}/{{name:str}}/scale"
     tag, op = [kind.kind], kind.kind
 
+    def scaled(namespace: str, name: str) -> tuple[str, str, str, str]:
+        return kind.plural, namespace, name, "scale"  # RBAC's view: {plural}/scale
+
     def current(request: Request[Any, Any, Any], namespace: str, name: str) -> dict[str, Any]:
-        objects: Objects = request.app.state.objects
+        objects: Objects = authz.objects_of(request)  # as its principal may see them
         return core.to_scale(kind.kind, objects.get(kind, namespace, name).obj())
 
     @get(path, operation_id=f"read{op}Scale", tags=tag, summary=f"Read a {op}'s scale")
@@ -54,7 +59,7 @@ def scale_handlers(kind: Kind) -> list[HTTPRouteHandler]:
         async def run(user: User) -> Response[Any]:
             return json_response(current(request, namespace, name))
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=Attributes("get", *scaled(namespace, name)))
 
     @put(path, operation_id=f"replace{op}Scale", tags=tag, summary=f"Replace a {op}'s scale")
     async def replace(request: Request[Any, Any, Any], namespace: str, name: str) -> Response[Any]:
@@ -62,7 +67,7 @@ def scale_handlers(kind: Kind) -> list[HTTPRouteHandler]:
             scale = decode_body(await request.body())
             return await _write(request, kind, namespace, name, scale, user)
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=Attributes("update", *scaled(namespace, name)))
 
     @patch(path, operation_id=f"patch{op}Scale", tags=tag, summary=f"Patch a {op}'s scale")
     async def patch_(request: Request[Any, Any, Any], namespace: str, name: str) -> Response[Any]:
@@ -82,7 +87,7 @@ def scale_handlers(kind: Kind) -> list[HTTPRouteHandler]:
                 scale.setdefault("metadata", {}).pop("resourceVersion", None)
             return await _write(request, kind, namespace, name, scale, user)
 
-        return await guarded(request, run)
+        return await guarded(request, run, attrs=Attributes("patch", *scaled(namespace, name)))
 
     return [read, replace, patch_]
 

@@ -372,3 +372,34 @@ def test_qm_auth_can_i(api_server, tokens, tmp_path) -> None:  # type: ignore[no
     assert listed.returncode == 0, listed.stderr
     assert "RESOURCES" in listed.stdout and "pods" in listed.stdout, listed.stdout
     assert "[get list watch]" in listed.stdout, listed.stdout
+
+
+def test_scale_subresource_is_authorised_as_such(clients, admin) -> None:  # type: ignore[no-untyped-def]
+    deploy = {
+        "apiVersion": "quaymaster.io/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "scaled"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "scaled"}},
+            "template": {
+                "metadata": {"labels": {"app": "scaled"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
+    for ns in (TEAM_A, TEAM_B):
+        r = admin.post(f"{API}/namespaces/{ns}/deployments", json=deploy)
+        assert r.status_code in (201, 409), r.text
+    merge = {"Content-Type": "application/merge-patch+json"}
+    path = f"{API}/namespaces/{TEAM_A}/deployments/scaled/scale"
+    assert clients["vera"].get(path).status_code == 200
+    body = _forbidden(
+        clients["vera"].patch(path, content=b'{"spec":{"replicas":0}}', headers=merge)
+    )
+    assert 'cannot patch resource "deployments/scale"' in body["message"], body
+    r = clients["eddie"].patch(path, content=b'{"spec":{"replicas":0}}', headers=merge)
+    assert r.status_code == 200, r.text
+    _same_answers(
+        clients["eddie"], "GET", lambda ns: f"{API}/namespaces/{ns}/deployments/scaled/scale"
+    )
