@@ -16,9 +16,10 @@ All under ``/apis/authentication.quaymaster.io/v1`` (ADR 0045):
   (nodes have it through the node authorizer).
 
 Each API server mints a credential of its own at start (user ``system:apiserver``, group
-``system:apiservers``, two days, renewed every twelve hours) and presents it to agents' log
-servers (:func:`agent_credential`, ``app.api.logs``); agents accept that principal and no
-shared secret.
+``system:apiservers``, two days, renewed every twelve hours; each one revoked when replaced and
+the last when the server stops) and presents it to agents' log servers
+(:func:`agent_credential`, ``app.api.logs``); agents accept that principal and no shared
+secret.
 """
 
 from __future__ import annotations
@@ -177,9 +178,11 @@ async def _renew(app: Litestar, pool: asyncpg.Pool) -> None:
     while True:
         await asyncio.sleep(RENEW_EVERY_S)
         try:
+            old = app.state.agent_credential
             app.state.agent_credential = await bootstrap.mint_apiserver_credential(
                 pool, CREDENTIAL_TTL_S
             )
+            await bootstrap.retire_apiserver_credential(pool, old)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("the API server's agent credential was not renewed: %s", exc)
 
@@ -202,6 +205,8 @@ async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
         renew.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renew
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            await bootstrap.retire_apiserver_credential(pool, app.state.agent_credential)
 
 
 HANDLERS: list[HTTPRouteHandler] = [

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.store.tokens import create_token, digest
+from app.store.tokens import create_token, digest, revoke, token_id
 
 NODE_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
@@ -119,3 +119,9 @@ async def mint_apiserver_credential(pool: asyncpg.Pool, ttl_s: float) -> str:
     )
     await pool.execute("SELECT qm_purge_bootstrap_tokens()")
     return token
+
+
+async def retire_apiserver_credential(pool: asyncpg.Pool, token: str) -> None:
+    """Revoke a credential of this server's that it no longer presents (renewed, or the
+    server is stopping), so it opens no agent afterwards."""
+    await revoke(pool, token_id(token), "")
