@@ -48,6 +48,8 @@ _EDIT = (
     rule(READ, ["secrets"], [GROUP]),
     rule(WRITE, [r for r in EDITABLE], [GROUP]),
     rule(["create"], ["pods/eviction"], [GROUP]),
+    # as Kubernetes' edit: it can run pods as any account of its namespace anyway
+    rule(["create"], ["serviceaccounts/token"], [GROUP]),
     rule(["update", "patch"], [f"{r}/scale" for r in SCALABLE], [GROUP]),
 )
 _ADMIN = (
