@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from app.core.controllers.deployment.config import references
 from app.core.errors import Conflict
 from app.core.kinds import BY_KIND
 
@@ -99,16 +100,20 @@ def _update(ctx: Context, name: str, change: Callable[[Obj], str | None]) -> int
 def run_history(ctx: Context, name: str) -> int:
     dep = ctx.client.get(DEPLOYMENT, ctx.namespace, name)
     ctx.print(f"deployment/{name}")
-    ctx.print(f"{'REVISION':<10}{'REPLICAS':<10}{'IMAGES':<40}CHANGE-CAUSE")
+    ctx.print(f"{'REVISION':<10}{'REPLICAS':<10}{'IMAGES':<40}{'CONFIG':<40}CHANGE-CAUSE")
     for revision, rs in _revisions(ctx, dep):
-        containers = (((rs.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-            "containers"
-        ) or []
+        template = (rs.get("spec") or {}).get("template") or {}
+        containers = (template.get("spec") or {}).get("containers") or []
         images = ",".join(str(c.get("image", "")) for c in containers)
+        # The ConfigMaps and Secrets it reads: snapshots, for a Deployment's ReplicaSets.
+        configs = ",".join(f"{_SHORT[k]}/{n}" for k, n in sorted(references(template))) or "-"
         cause = (rs["metadata"].get("annotations") or {}).get(CHANGE_CAUSE, "<none>")
         replicas = (rs.get("spec") or {}).get("replicas", 0)
-        ctx.print(f"{revision:<10}{replicas!s:<10}{images:<40}{cause}")
+        ctx.print(f"{revision:<10}{replicas!s:<10}{images:<40}{configs:<40}{cause}")
     return 0
+
+
+_SHORT = {"ConfigMap": "cm", "Secret": "secret"}
 
 
 def _template_of(rs: Obj) -> Obj:

@@ -132,6 +132,9 @@ def test_a_configmap_change_rolls_out_pauses_and_rolls_back(
             assert len(replicasets(http, ns)) == 3  # the old ReplicaSet reused, not a fourth
             back = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
             assert back.returncode == 0, back.stdout + back.stderr
+            history = qm(cluster, "rollout", "history", "deployment/web", "-n", ns)
+            assert history.returncode == 0, history.stdout + history.stderr
+            assert history.stdout.count("cm/settings-") == 3, history.stdout  # one per revision
         finally:
             kubelet.stop.set()
             kubelet.join()
