@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from agent.sources import references as agent_references
 from app.core.authz import Attributes
 from app.core.authz import node as node_authz
 from app.core.authz.node import authorize, references, selector_refusal
@@ -211,3 +212,22 @@ def test_a_create_names_its_object_in_the_body_and_admission_checks_it() -> None
 
 def meta(name: str, namespace: str) -> dict[str, dict[str, str]]:
     return {"metadata": {"name": name, "namespace": namespace}}
+
+
+def test_the_authorizer_allows_everything_the_agent_fetches_for_a_pod() -> None:
+    """The agent resolves a pod's ConfigMaps and Secrets with ``agent.sources.references``; the
+    node authorizer must allow at least those, or pods would fail to start."""
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "i", "env": [
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s0", "key": "k"}}}]}],
+            "containers": [{"name": "c",
+                            "env": [{"name": "B", "valueFrom": {
+                                "configMapKeyRef": {"name": "c0", "key": "k"}}}],
+                            "envFrom": [{"configMapRef": {"name": "c1"}},
+                                        {"secretRef": {"name": "s1"}}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "c2"}},
+                        {"name": "w", "secret": {"secretName": "s2"}}],
+        }
+    }  # fmt: skip
+    assert agent_references(pod) and agent_references(pod) <= references(pod)
