@@ -216,6 +216,18 @@ async def revoke_token(request: Request[Any, Any, Any], name: str) -> Response[A
     return await guarded(request, run)
 
 
+async def _who(request: Request[Any, Any, Any], api_version: str) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.token_id:
+            info["extra"] = {"authentication.quaymaster.io/token-id": [user.token_id]}
+        body = {"apiVersion": api_version, "kind": "SelfSubjectReview", "metadata": {},
+                "status": {"userInfo": info}}  # fmt: skip
+        return json_response(body, 201)
+
+    return await guarded(request, run)
+
+
 @post(
     f"/apis/{AUTHN_VERSION}/selfsubjectreviews",
     operation_id="createSelfSubjectReview",
@@ -224,15 +236,18 @@ async def revoke_token(request: Request[Any, Any, Any], name: str) -> Response[A
     status_code=201,
 )
 async def self_subject_review(request: Request[Any, Any, Any]) -> Response[Any]:
-    async def run(user: User) -> Response[Any]:
-        info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
-        if user.token_id:
-            info["extra"] = {"authentication.quaymaster.io/token-id": [user.token_id]}
-        body = {"apiVersion": AUTHN_VERSION, "kind": "SelfSubjectReview", "metadata": {},
-                "status": {"userInfo": info}}  # fmt: skip
-        return json_response(body, 201)
+    return await _who(request, AUTHN_VERSION)
 
-    return await guarded(request, run)
+
+@post(
+    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+    operation_id="createSelfSubjectReviewK8s",
+    tags=["Token"],
+    summary="Who the caller is, where kubectl auth whoami asks",
+    status_code=201,
+)
+async def self_subject_review_k8s(request: Request[Any, Any, Any]) -> Response[Any]:
+    return await _who(request, "authentication.k8s.io/v1")
 
 
 HANDLERS = [
@@ -242,4 +257,5 @@ HANDLERS = [
     read_token,
     revoke_token,
     self_subject_review,
+    self_subject_review_k8s,
 ]

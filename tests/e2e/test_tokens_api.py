@@ -91,6 +91,10 @@ def test_bootstrap_token_is_admin_in_system_masters(api_server: ApiServer) -> No
     assert r.status_code == 201, r.text
     assert r.json()["status"]["userInfo"]["username"] == "admin"
     assert r.json()["status"]["userInfo"]["groups"] == ["system:masters", "system:authenticated"]
+    with client(api_server, api_server.token) as c:  # where ``kubectl auth whoami`` asks
+        r = c.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json={})
+    assert r.status_code == 201 and r.json()["apiVersion"] == "authentication.k8s.io/v1"
+    assert r.json()["status"]["userInfo"]["username"] == "admin"
 
 
 def test_a_token_is_shown_once_and_only_its_digest_is_stored(
