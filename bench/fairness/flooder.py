@@ -1,12 +1,13 @@
 """The flooding principal of the fairness benchmark, in a process of its own so its client's
 CPU does not slow the measured team's: closed-loop workers spread over the API servers, each
 creating ConfigMaps and listing a large namespace back to back, ignoring ``Retry-After`` (a
-runaway client), for ``--seconds``. Every other list has a label selector that matches nothing:
-the server still walks the whole namespace, and the list is estimated at its full cost, but
-the flooder's own CPU is not spent reading the answer, so more of the flood reaches the
-servers. Prints one JSON line of counts.
+runaway client), in the odd ``--slice``-second slices from monotonic time ``--start`` (the
+even ones are the team's quiet slices) for ``--seconds`` in all. Every other list has a label
+selector that matches nothing: the server still walks the whole namespace, and the list is
+estimated at its full cost, but the flooder's own CPU is not spent reading the answer, so more
+of the flood reaches the servers. Prints one JSON line of counts.
 
-    python -m bench.fairness.flooder --urls URL,URL --token T --seconds 15 --workers 32
+    python -m bench.fairness.flooder --urls URL,URL --token T --start T0 --seconds 60 --slice 6
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ async def worker(
     api: httpx.AsyncClient, base: str, token: str, args: argparse.Namespace, counts: Counter[str]
 ) -> None:
     auth = {"Authorization": f"Bearer {token}"}
-    deadline = time.monotonic() + args.seconds
+    deadline = args.start + args.seconds
     tag = secrets.token_hex(3)
     i = 0
-    while time.monotonic() < deadline:
+    while (now := time.monotonic()) < deadline:
+        k = int((now - args.start) // args.slice) if now >= args.start else -1
+        if k % 2 == 0 or k < 0:  # a quiet slice, or not started: wait for the next flood slice
+            await asyncio.sleep(args.start + (k + 1) * args.slice - now)
+            continue
         i += 1
         op = "list" if i % LISTS_EVERY == 0 else "create"
         try:
@@ -66,20 +71,21 @@ async def main(args: argparse.Namespace) -> None:
     counts: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=args.workers, max_keepalive_connections=args.workers)
     async with httpx.AsyncClient(timeout=60, limits=limits) as api:
-        t0 = time.monotonic()
         await asyncio.gather(
             *(worker(api, urls[i % len(urls)], args.token, args, counts)
               for i in range(args.workers))
         )  # fmt: skip
-        elapsed = time.monotonic() - t0
-    print(json.dumps({"seconds": elapsed, **counts}), flush=True)
+    flooding = args.seconds / args.slice // 2 * args.slice  # the odd slices' seconds
+    print(json.dumps({"seconds": flooding, **counts}), flush=True)
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(prog="python -m bench.fairness.flooder")
     p.add_argument("--urls", required=True)
     p.add_argument("--token", required=True)
-    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--start", type=float, required=True, help="time.monotonic() of slice 0")
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--slice", type=float, default=6.0)
     p.add_argument("--workers", type=int, default=32)
     p.add_argument("--list-ns", default="flood")
     p.add_argument("--write-ns", default="flood-writes")

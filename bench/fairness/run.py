@@ -2,7 +2,7 @@
 expensive lists at full speed over both while a second team does ordinary reads, writes and
 a watch in its own namespace at a modest rate.
 
-    python -m bench.fairness.run [--runs 3] [--seconds 15] [--team-rate 20]
+    python -m bench.fairness.run [--runs 5] [--seconds 96] [--slice 8] [--team-rate 20]
                                  [--flood-workers 64] [--preload 1000]
 
 A throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
@@ -12,14 +12,18 @@ namespace of ``--preload`` ConfigMaps (a list of 1,000 objects costs 10 seats) a
 ConfigMaps in another, ignoring ``Retry-After``. The team (``bench.fairness.team``) sends
 get, list, create, update and delete in turn to alternating servers, and keeps a watch.
 
-Each of ``--runs`` runs has a quiet phase (the team alone) and then a flood phase, both of
-``--seconds``. Reported per run and as medians over runs: the team's p50/p99 of all its
-requests and of its watch's deliveries, quiet and under flood, and their ratio within the
-run (target: p99 within 1.5x of quiet; bar 2x); the flooder's accepted and rejected requests
-per second; the most seats the flooder held across both servers (sampled from ``/metrics``)
-against one server's share of its level. Also the in-process cost of admission per request,
-and for comparison the round trip a shared counter per request would add (a ``SELECT 1`` on
-the same PostgreSQL). Writes ``bench/results/fairness-<stamp>.json``.
+Each of ``--runs`` runs lasts ``--seconds``, cut into ``--slice``-second slices: the team runs
+throughout, the flood only in every other slice, so quiet and flooded samples are interleaved
+and the machine's other load (it is shared) weighs on both alike. A request is counted in its
+slice by the time it was sent, leaving out the first ``--guard`` seconds of each slice (the
+flood starting, or its queued requests draining after it stopped sending). Reported per run
+and as medians over runs: the team's p50/p99 of all its requests and of its watch's
+deliveries, quiet and under flood, and their ratio within the run (target: p99 within 1.5x of
+quiet; bar 2x); the flooder's accepted and rejected requests per second of flooding; the most
+seats the flooder held and requests it had queued across both servers (sampled from
+``/metrics``) against one server's share of its level. Also the in-process cost of admission
+per request, and for comparison the round trip a shared counter per request would add (a
+``SELECT 1`` on the same PostgreSQL). Writes ``bench/results/fairness-<stamp>.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +56,10 @@ TARGETS = {"p99_ratio": 1.5, "p99_ratio_bar": 2.0}
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.fairness.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=15.0, help="per phase")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=96.0, help="per run")
+    p.add_argument("--slice", type=float, default=8.0, help="seconds per quiet or flood slice")
+    p.add_argument("--guard", type=float, default=3.0, help="seconds left out of each slice")
     p.add_argument("--team-rate", type=float, default=20.0, help="team requests per second")
     p.add_argument("--flood-workers", type=int, default=64)
     p.add_argument("--preload", type=int, default=1000, help="objects in the flooded list")
@@ -87,52 +94,68 @@ async def preload(api: httpx.AsyncClient, url: str, admin: str, ns: str, n: int)
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def sample_seats(api: httpx.AsyncClient, urls: list[str], out: list[float]) -> None:
-    """Every 0.25 s, the seats the flooder holds across all servers."""
+async def sample_seats(
+    api: httpx.AsyncClient, urls: list[str], out: list[tuple[float, float]]
+) -> None:
+    """Every 0.25 s, the seats the flooder holds and its queued requests across all servers."""
     while True:
         figs = await asyncio.gather(*(flow_figures(api, u, "flooder") for u in urls))
-        out.append(sum(f["in_use"] for f in figs))
+        out.append((sum(f["in_use"] for f in figs), sum(f["queued"] for f in figs)))
         await asyncio.sleep(0.25)
+
+
+def slices(start: float, slice_s: float, guard_s: float) -> Callable[[float], str | None]:
+    """Label of a request sent at ``t``: even slices quiet, odd ones flooded; the first
+    ``guard_s`` of each slice (the flood starting or draining) left out."""
+
+    def label(t: float) -> str | None:
+        k, within = divmod(t - start, slice_s)
+        if k < 0 or within < guard_s:
+            return None
+        return "flood" if int(k) % 2 else "quiet"
+
+    return label
 
 
 async def one_run(
     args: argparse.Namespace, api: httpx.AsyncClient, team: Team, urls: list[str], flood: str
 ) -> dict[str, Any]:
     load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the reader
-    quiet = summary(await team.phase(args.seconds, args.team_rate))
-    quiet["failures"] = dict(team.failures)
+    start = time.monotonic() + 3.0  # the flooder's process and connections are up by then
     flooder = subprocess.Popen(
         [sys.executable, "-m", "bench.fairness.flooder", "--urls", ",".join(urls),
-         "--token", flood, "--seconds", str(args.seconds + 2),
-         "--workers", str(args.flood_workers)],
+         "--token", flood, "--start", repr(start), "--seconds", str(args.seconds),
+         "--slice", str(args.slice), "--workers", str(args.flood_workers)],
         cwd=ROOT, stdout=subprocess.PIPE,
     )  # fmt: skip
-    await asyncio.sleep(2.0)  # the flood at full speed before the team's phase starts
-    seats: list[float] = []
+    seats: list[tuple[float, float]] = []
     sampler = asyncio.ensure_future(sample_seats(api, urls, seats))
-    flooded = summary(await team.phase(args.seconds, args.team_rate))
-    flooded["failures"] = dict(team.failures)
+    lat = await team.run(start, args.seconds, args.team_rate, slices(start, args.slice, args.guard))
     sampler.cancel()
     await asyncio.gather(sampler, return_exceptions=True)
     out, _ = await asyncio.get_running_loop().run_in_executor(None, flooder.communicate)
     counts = json.loads(out.decode().strip().splitlines()[-1])
     secs = counts.pop("seconds")
+    quiet, flooded = summary(lat.get("quiet", {})), summary(lat.get("flood", {}))
     accepted = counts.get("create_accepted", 0) + counts.get("list_accepted", 0)
     rejected = counts.get("create_rejected", 0) + counts.get("list_rejected", 0)
     return {
         "loadavg_1m": [load, os.getloadavg()[0]],
         "quiet": quiet,
         "flood": flooded,
+        "team_failures": dict(team.failures),
         "p50_ratio": flooded["p50_ms"] / quiet["p50_ms"],
         "p99_ratio": flooded["p99_ms"] / quiet["p99_ms"],
         "watch_p99_ratio": flooded["watch_p99_ms"] / quiet["watch_p99_ms"],
         "flooder": {
             "counts": counts,
+            "flooding_seconds": secs,
             "accepted_per_s": accepted / secs,
             "rejected_per_s": rejected / secs,
             "creates_accepted_per_s": counts.get("create_accepted", 0) / secs,
             "lists_accepted_per_s": counts.get("list_accepted", 0) / secs,
-            "max_seats_across_servers": max(seats, default=0.0),
+            "max_seats_across_servers": max((x[0] for x in seats), default=0.0),
+            "max_queued_across_servers": max((x[1] for x in seats), default=0.0),
         },
     }
 
@@ -225,6 +248,7 @@ async def bench(args: argparse.Namespace, stack: Stack, logs: Path) -> dict[str,
             "flooder_accepted_per_s": med(["flooder", "accepted_per_s"]),
             "flooder_rejected_per_s": med(["flooder", "rejected_per_s"]),
             "flooder_max_seats_across_servers": med(["flooder", "max_seats_across_servers"]),
+            "flooder_max_queued_across_servers": med(["flooder", "max_queued_across_servers"]),
         },
         "one_server_share_of_level": one_server,
         "settings": {

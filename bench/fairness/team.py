@@ -2,10 +2,11 @@
 namespace at a modest, fixed rate (open loop: each request is sent on schedule, whatever the
 previous one is doing, so a slow server shows as latency rather than as fewer requests).
 
-Per phase: the latency of every request by operation (get, list, create, update, delete of
-the previous cycle's create, so the namespace stays small; a watch's start counts as
-``watch_start``), and the delay from sending each create until the team's watch delivers it
-(``watch_event``)."""
+Each request is labelled by ``label(sent_at)`` (``"quiet"``, ``"flood"``, or None to leave it
+out), so quiet and flooded samples can come from interleaved slices of one run. Recorded: the
+latency of every request by operation (get, list, create, update, delete of the previous
+cycle's create, so the namespace stays small; a watch's start counts as ``watch_start``), and
+the delay from sending each create until the team's watch delivers it (``watch_event``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ import httpx
 from bench.fairness.cluster import API
 
 OPS = ("get", "list", "create", "update", "delete")
+Label = Callable[[float], str | None]
 
 
 class Team:
@@ -28,9 +31,10 @@ class Team:
         self.urls = urls
         self.auth = {"Authorization": f"Bearer {token}"}
         self.coll = f"{API}/namespaces/{ns}/configmaps"
-        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.latency: dict[str, dict[str, list[float]]] = {}
         self.failures: dict[str, int] = defaultdict(int)
-        self._created: dict[str, float] = {}
+        self._created: dict[str, tuple[float, str | None]] = {}
+        self._label: Label = lambda t: "quiet"
         self._phase = 0
 
     async def seed(self, n: int) -> None:
@@ -41,17 +45,20 @@ class Team:
             )  # fmt: skip
             assert r.status_code in (201, 409), r.text
 
-    async def phase(self, seconds: float, rate: float) -> dict[str, list[float]]:
-        """Run the team for ``seconds``; returns the latencies (s) by operation."""
-        self.latency = defaultdict(list)
+    async def run(
+        self, start: float, seconds: float, rate: float, label: Label
+    ) -> dict[str, dict[str, list[float]]]:
+        """Run the team from monotonic time ``start`` for ``seconds``; returns the latencies
+        (s) by label and operation."""
+        self.latency = defaultdict(lambda: defaultdict(list))
         self.failures = defaultdict(int)
         self._created = {}
+        self._label = label
         self._phase += 1
-        watch = asyncio.ensure_future(self._watch(self.urls[0], seconds + 5))
+        await asyncio.sleep(max(0.0, start - 1.0 - time.monotonic()))
+        watch = asyncio.ensure_future(self._watch(self.urls[0], seconds + 10))
         tasks: list[asyncio.Task[None]] = []
-        start = time.monotonic()
-        n = int(seconds * rate)
-        for i in range(n):
+        for i in range(int(seconds * rate)):
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -60,7 +67,12 @@ class Team:
         await asyncio.sleep(1.0)  # the last creates' events
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
-        return dict(self.latency)
+        return {k: dict(v) for k, v in self.latency.items()}
+
+    def _record(self, sent: float, op: str, seconds: float) -> None:
+        label = self._label(sent)
+        if label is not None:
+            self.latency[label][op].append(seconds)
 
     async def _op(self, op: str, i: int) -> None:
         base = self.urls[i % len(self.urls)]
@@ -74,7 +86,7 @@ class Team:
                 r = await self.api.get(base + self.coll, headers=self.auth)
             elif op == "create":
                 body = {"metadata": {"name": name}, "data": {"i": str(i)}}
-                self._created[name] = t0
+                self._created[name] = (t0, self._label(t0))
                 r = await self.api.post(base + self.coll, headers=self.auth, json=body)
             elif op == "delete":
                 old = f"{base}{self.coll}/t{self._phase}-{cycle - 1}"
@@ -92,7 +104,7 @@ class Team:
         if r.status_code >= 300:
             self.failures[f"{op}_{r.status_code}"] += 1
             return
-        self.latency[op].append(time.monotonic() - t0)
+        self._record(t0, op, time.monotonic() - t0)
 
     async def _watch(self, base: str, seconds: float) -> None:
         t0 = time.monotonic()
@@ -101,7 +113,7 @@ class Team:
             if r.status_code != 200:
                 self.failures[f"watch_{r.status_code}"] += 1
                 return
-            self.latency["watch_start"].append(time.monotonic() - t0)
+            self._record(t0, "watch_start", time.monotonic() - t0)
             async for line in r.aiter_lines():
                 if not line:
                     continue
@@ -109,4 +121,6 @@ class Team:
                 name = event.get("object", {}).get("metadata", {}).get("name", "")
                 sent = self._created.pop(name, None)
                 if event.get("type") == "ADDED" and sent is not None:
-                    self.latency["watch_event"].append(time.monotonic() - sent)
+                    label = sent[1]
+                    if label is not None:
+                        self.latency[label]["watch_event"].append(time.monotonic() - sent[0])
