@@ -33,20 +33,26 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             [with_version(rs) for rs in replicasets],
             [p.obj for p in pods],
             now,
-            await read_configs(store, dep),
+            await read_configs(store, dep, replicasets),
         )
         return await apply_plan(store, dep, plan, now=now)
 
 
-async def read_configs(store: Store, dep: Stored) -> config.Configs:
+async def read_configs(store: Store, dep: Stored, replicasets: list[Stored]) -> config.Configs:
     """The objects the template references (a Secret's data opened, with the digest of its
-    plaintext, so a re-encryption changes nothing), and the Deployment's snapshots."""
+    plaintext, so a re-encryption changes nothing), and the Deployment's snapshots of the
+    kinds it or its ReplicaSets reference (none: no query)."""
     namespace = dep.row["namespace"]
     template = (dep.obj.get("spec") or {}).get("template") or {}
     refs = config.references(template)
+    used = {k for k, _ in refs}
+    for rs in replicasets:
+        used |= {k for k, _ in config.references((rs.obj.get("spec") or {}).get("template") or {})}
     sources: dict[config.Ref, config.Source] = {}
     snapshots = []
     for kind_name in CONFIG_KINDS:
+        if kind_name not in used:
+            continue
         kind = BY_KIND[kind_name]
         names = sorted(n for k, n in refs if k == kind_name)
         for s in await store.get_many(kind, namespace, names) if names else []:
