@@ -302,6 +302,8 @@ def test_all_namespaces_lists_and_watches_only_reachable_namespaces(clients, adm
     labelled = c.get(f"{API}/pods?labelSelector=app%3Dweb").json()["items"]
     assert {p["metadata"]["namespace"] for p in labelled} == {TEAM_A}
     assert clients["nobody"].get(f"{API}/pods").json()["items"] == []
+    probe = c.get(f"{API}/pods?fieldSelector=metadata.namespace%3D{TEAM_B}").json()
+    assert probe["items"] == []  # a field selector cannot reach past the principal's namespaces
     names = {n["metadata"]["name"] for n in c.get(f"{API}/namespaces").json()["items"]}
     assert names == {TEAM_A}
     # paging across namespaces stays inside them
