@@ -18,10 +18,12 @@ import msgspec
 from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 
+from app.api import authz
 from app.api.responses import raw_response
 from app.api.routes import guarded
 from app.api.service import Objects
 from app.core import errors
+from app.core.authz import Attributes
 from app.core.kinds import BY_KIND
 from app.store.tokens import User
 
@@ -75,7 +77,7 @@ def event_list(items: list[bytes], revision: int, cont: str | None) -> bytes:
 )
 async def list_core_events(request: Request[Any, Any, Any], namespace: str) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
-        objects: Objects = request.app.state.objects
+        objects: Objects = authz.objects_of(request)  # as its principal may see them
         q = request.query_params
         fields, matches = split_selector(q.get("fieldSelector"), namespace)
         limit = q.get("limit")
@@ -92,7 +94,7 @@ async def list_core_events(request: Request[Any, Any, Any], namespace: str) -> R
         )
         return raw_response(event_list(items if matches else [], revision, cont))
 
-    return await guarded(request, run)
+    return await guarded(request, run, attrs=Attributes("list", EVENT.plural, namespace))
 
 
 HANDLERS: list[HTTPRouteHandler] = [list_core_events]
