@@ -85,7 +85,7 @@ def _documents(app: Litestar) -> tuple[dict[str, Any], dict[str, dict[str, Any]]
         parts = split(whole)
         cached = (whole, parts, index(parts))
         app.state.openapi_documents = cached
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 @get(
