@@ -19,6 +19,7 @@ import sys
 import asyncpg
 
 from app.store.store import Store
+from app.store.tokens import purge as purge_tokens
 from app.stream.revisioner import slot_name
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ async def housekeeping(
     store: Store, dsn: str, revisioner: RevisionerProcess, every_s: float = 2.0
 ) -> None:
     """Keep the revisioner child alive (checked every ``every_s``); run the leader-only slot
-    janitor about once a minute (leader: whoever holds the session lock); others idle."""
+    janitor and purge long-dead token records about once a minute (leader: whoever holds the
+    session lock); others idle."""
     ticks = 0
     conn: asyncpg.Connection | None = None
     while True:
@@ -94,6 +96,7 @@ async def housekeeping(
             if ticks % 30 == 0:
                 name = slot_name(await conn.fetchval("SELECT current_database()"))
                 await drop_abandoned_slots(store.pool, name)
+                await purge_tokens(store.pool)
             ticks += 1
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             log.exception("housekeeping failed; will retry")

@@ -224,6 +224,17 @@ SELECT * FROM upd""",
     return None if rec is None else _obj(rec)
 
 
+async def purge(pool: asyncpg.Pool, after_s: float = 7 * 24 * 3600.0) -> int:
+    """Delete the records of tokens revoked or expired more than ``after_s`` ago (listings and
+    the revision log keep them that long); how many went."""
+    status = await pool.execute(
+        "DELETE FROM qm_tokens WHERE least(revoked_at, expires_at)"
+        " < now() - make_interval(secs => $1::double precision)",
+        float(after_s),
+    )
+    return int(status.rsplit(" ", 1)[-1])
+
+
 def _obj(rec: asyncpg.Record) -> dict[str, Any]:
     obj = render(TOKEN, dict(rec))
     obj["apiVersion"] = AUTHN_VERSION

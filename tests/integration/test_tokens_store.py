@@ -183,3 +183,17 @@ async def test_each_namespace_gets_a_default_service_account(pool: asyncpg.Pool)
     await store.delete(SA, "fresh", "default")
     await ensure_default_account(store, "fresh")  # a deleted one comes back
     assert (await store.get(SA, "fresh", "default")).uid != first.uid
+
+
+async def test_long_dead_records_are_purged(pool: asyncpg.Pool) -> None:
+    live = await tokens.mint(pool, "kim", (), 3600)
+    old = await tokens.mint(pool, "kim", (), 3600)
+    recent = await tokens.mint(pool, "kim", (), 3600)
+    await pool.execute(
+        "UPDATE qm_tokens SET revoked_at = now() - interval '8 days' WHERE token_sha256 = $1",
+        tokens.digest(old.token),
+    )
+    await tokens.revoke(pool, recent.obj["metadata"]["name"], "")
+    await tokens.purge(pool)
+    names = {o["metadata"]["name"] for o in await tokens.list_tokens(pool, "kim")}
+    assert names == {live.obj["metadata"]["name"], recent.obj["metadata"]["name"]}
