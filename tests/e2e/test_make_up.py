@@ -27,7 +27,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN")
+        if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN", "QM_SECRET_KEYS")
     }
     env.update(QM_STATE_DIR=str(tmp_path / "state"), QM_API_PORT=str(port), QM_CONFIG=str(config))
     plan = network.NetworkPlan(tag=f"t{os.getpid() % 10**7}")  # beside a developer's make up
@@ -69,6 +69,7 @@ def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         _the_example_service_runs(qm_env, plan if namespaced else None)
         _each_local_node_is_its_own_hostname(qm_env)
         _agents_joined_with_credentials_of_their_own(tmp_path / "state", written["token"])
+        _secrets_are_sealed_with_a_private_keys_file(tmp_path / "state", qm_env)
         time.sleep(3.0)  # the other processes stay up too
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     finally:
@@ -98,6 +99,17 @@ def _agents_joined_with_credentials_of_their_own(state: Path, admin_token: str) 
         credential = json.loads(saved.read_text())
         assert credential["node"] == f"local-{zone}"
         assert credential["token"] != admin_token
+
+
+def _secrets_are_sealed_with_a_private_keys_file(state: Path, env: dict[str, str]) -> None:
+    """make up creates the Secret keys file, private, and the stack seals with it (ADR 0048)."""
+    keys = state / "secret-keys.json"
+    assert keys.stat().st_mode & 0o077 == 0, "the Secret keys file is private"
+    active = json.loads(keys.read_text())["active"]
+    manifest = '{"kind": "Secret", "metadata": {"name": "up-check"}, "stringData": {"k": "v"}}'
+    _qm(env, "apply", "-f", "-", stdin=manifest)
+    assert any(line.split()[:2] == [active, "yes"] for line in _qm(env, "secrets", "status")
+               .splitlines())  # fmt: skip
 
 
 def _qm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
