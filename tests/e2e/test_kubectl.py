@@ -307,3 +307,40 @@ def test_an_object_kubectl_does_not_know_is_described_and_deleted(stack: Stack) 
     stack.k("apply", "-f", "-", stdin=json.dumps(quota))
     assert "small" in stack.k("describe", "resourcequota", "small", "-n", "default")
     assert "deleted" in stack.k("delete", "resourcequota", "small", "-n", "default")
+
+
+def test_a_viewer_reads_but_may_not_scale(stack: Stack) -> None:
+    """RBAC holds for kubectl's paths too: a service account bound to ``view`` gets tables
+    and describe, is told ``no`` by auth can-i, and its scale is refused."""
+    team = MANIFEST.replace("REPLICAS", "0").replace("kc", "team")
+    viewer = [
+        {"apiVersion": "quaymaster.io/v1", "kind": "ServiceAccount",
+         "metadata": {"name": "viewer", "namespace": "team"}},
+        {"apiVersion": "quaymaster.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "viewer", "namespace": "team"},
+         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "team"}],
+         "roleRef": {"apiGroup": "quaymaster.io", "kind": "ClusterRole", "name": "view"}},
+    ]  # fmt: skip
+    stack.k("apply", "-f", "-", stdin=team)
+    for obj in viewer:
+        stack.k("apply", "-f", "-", stdin=json.dumps(obj))
+    admin = yaml.safe_load(stack.kubeconfig.read_text())["users"][0]["user"]["token"]
+    context = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{stack.port}/apis/quaymaster.io/v1/namespaces/team/"
+        "serviceaccounts/viewer/token",
+        data=b"{}",
+        headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30, context=context) as answer:
+        token = json.loads(answer.read())["status"]["token"]
+    as_viewer = ("--token", token, "-n", "team")
+    assert headers(stack.k("get", "deployments", *as_viewer))[0] == "NAME"
+    assert "Name:" in stack.k("describe", "deployment", "web", *as_viewer)
+    can = stack.run("auth", "can-i", "update", "deployments", "--subresource=scale", *as_viewer,
+                    check=False)  # fmt: skip
+    assert (can.returncode, can.stdout.strip()) == (1, "no"), can.stdout + can.stderr
+    scaled = stack.run("scale", "deployment/web", "--replicas=2", *as_viewer, check=False)
+    assert scaled.returncode != 0 and "forbidden" in scaled.stderr.lower(), scaled.stderr
+    assert stack.k("get", "deploy", "web", "-n", "team", "-o", "jsonpath={.spec.replicas}") == "0"
