@@ -194,6 +194,12 @@ def test_a_deployment_is_warned_and_its_replicaset_shows_the_refusal(
     assert r.status_code == 201, r.text
     (warning,) = r.headers.get_list("warning")
     assert warning.startswith(f'299 - "would violate AdmissionPolicy \\"{name}\\": denyPrivileged')
+    # A replace (answered by the fast PUT path) that changes the template is warned about too.
+    stored = r.json()
+    stored["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.internal/app:2"
+    r = http.put(f"{API}/namespaces/{ns}/deployments/web", json=stored)
+    assert r.status_code == 200, r.text
+    assert r.headers.get_list("warning") == [warning]
 
     def failed_create() -> str | None:
         r = http.get(f"{API}/namespaces/{ns}/events",
