@@ -22,6 +22,7 @@ TABLE_GROUP = "meta.k8s.io"
 TABLE_VERSIONS = ("v1", "v1beta1")
 NAME_DESCRIPTION = "Name must be unique within a namespace (metadata.name)."
 AGE_DESCRIPTION = "The time since the object was created (metadata.creationTimestamp)."
+LABELS_DESCRIPTION = "The object's labels (metadata.labels)."
 
 
 def wants_table(accept: str) -> str | None:
@@ -40,16 +41,18 @@ def wants_table(accept: str) -> str | None:
 
 
 def column_definitions(kind: Kind) -> list[Obj]:
-    """NAME, the kind's printer columns, AGE: the headers of ``qm get``."""
+    """NAME, the kind's printer columns, AGE: the headers of ``qm get``; LABELS, priority 1,
+    is what ``-o wide`` adds, as ``qm get -o wide`` does."""
     columns = [_column("Name", NAME_DESCRIPTION, "name")]
     columns += [_column(header, f"{path} of the object.") for header, path in kind.columns]
     columns.append(_column("Age", AGE_DESCRIPTION))
+    columns.append(_column("Labels", LABELS_DESCRIPTION, priority=1))
     return columns
 
 
-def _column(name: str, description: str, fmt: str = "") -> Obj:
+def _column(name: str, description: str, fmt: str = "", priority: int = 0) -> Obj:
     return {"name": name, "type": "string", "format": fmt, "description": description,
-            "priority": 0}  # fmt: skip
+            "priority": priority}  # fmt: skip
 
 
 def cells(kind: Kind, obj: Obj, now: datetime) -> list[str]:
@@ -59,6 +62,7 @@ def cells(kind: Kind, obj: Obj, now: datetime) -> list[str]:
         str(meta.get("name") or ""),
         *(format_value(lookup(obj, path)) for _, path in kind.columns),
         format_age(meta.get("creationTimestamp"), now),
+        format_value(meta.get("labels")),
     ]
 
 

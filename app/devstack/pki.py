@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,7 +202,7 @@ def write_issued(issued: Issued, paths: Paths) -> Paths:
 def cluster_pki(
     directory: Path,
     api_hosts: Sequence[str],
-    agent_hosts: dict[str, Sequence[str]],
+    agent_hosts: Mapping[str, Sequence[str]],
     now: dt.datetime | None = None,
 ) -> ClusterPki:
     """The dev stack's certificates under ``directory``: the CA (kept), the API server's for

@@ -46,9 +46,13 @@ def test_a_table_is_asked_for_by_accept(accept: str, version: str | None) -> Non
 def test_the_columns_and_cells_are_qm_gets(kind: Any) -> None:
     """The same headers and the same cells as ``qm get`` prints, for every kind."""
     obj = {**POD, "kind": kind.kind}
-    names = [c["name"].upper() for c in table.column_definitions(kind)]
-    assert names == table_headers(kind)
-    assert table.cells(kind, obj, NOW) == table_row(kind, obj, now=NOW)
+    columns = table.column_definitions(kind)
+    names = [c["name"].upper() for c in columns]
+    assert [n for n, c in zip(names, columns, strict=True) if c["priority"] == 0] == (
+        table_headers(kind)
+    )
+    assert names == table_headers(kind, wide=True)  # -o wide adds the priority-1 ones
+    assert table.cells(kind, obj, NOW) == table_row(kind, obj, now=NOW, wide=True)
 
 
 def test_a_pod_row_and_what_it_carries() -> None:
@@ -57,7 +61,7 @@ def test_a_pod_row_and_what_it_carries() -> None:
     assert (body["kind"], body["apiVersion"]) == ("Table", "meta.k8s.io/v1")
     assert body["metadata"] == {"resourceVersion": "42", "continue": "abc"}
     (row,) = body["rows"]
-    assert row["cells"] == ["web-1", "local-a", "Running", "100", "5m"]
+    assert row["cells"] == ["web-1", "local-a", "Running", "100", "5m", "app=web"]
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["metadata"]["labels"] == {"app": "web"}
     whole = table.table(pod, [POD], NOW, include="Object")["rows"][0]["object"]
