@@ -6,6 +6,8 @@ All under ``/apis/authentication.quaymaster.io/v1`` (ADR 0045):
 - ``POST .../bootstraptokens`` (``create bootstraptokens``: the cluster's administrators)
   with ``{"spec": {"ttlSeconds", "uses", "nodeName", "description"}}`` answers a
   ``BootstrapToken`` whose ``status.token`` is shown this once.
+- ``GET .../bootstraptokens`` and ``DELETE .../bootstraptokens/{id}`` (``list``/``delete
+  bootstraptokens``): what is outstanding, never a secret; a deleted token joins nothing.
 - ``POST .../nodecredentials`` with the bootstrap token as the bearer and ``{"spec":
   {"nodeName": n}}``: spends one use and answers a ``NodeCredential`` whose ``status.token``
   is user ``system:node:<n>`` in group ``system:nodes``. The bootstrap token authenticates
@@ -31,7 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-from litestar import Litestar, Request, Response, post
+from litestar import Litestar, Request, Response, delete, get, post
 from litestar.handlers import HTTPRouteHandler
 
 from app.api.nodegraph import NodeAuthorizer
@@ -44,6 +46,7 @@ from app.core.authz import node as node_authz
 from app.core.errors import Cause
 from app.core.kinds import Kind
 from app.core.names import validate_dns1123_subdomain
+from app.core.objects import format_time
 from app.store import bootstrap
 from app.store.tokens import User
 
@@ -107,6 +110,46 @@ async def create_bootstrap_token(request: Request[Any, Any, Any]) -> Response[An
         }, 201)  # fmt: skip
 
     return await guarded(request, run, attrs=Attributes("create", "bootstraptokens", group=GROUP))
+
+
+def _record(row: dict[str, Any]) -> dict[str, Any]:
+    """A bootstrap token as the API shows it: never its secret."""
+    return {
+        "kind": "BootstrapToken", "apiVersion": API_VERSION,
+        "metadata": {"name": row["token_id"], "creationTimestamp": format_time(row["created_at"])},
+        "spec": {"nodeName": row["node_name"], "description": row["description"]},
+        "status": {"usesLeft": row["uses_left"], "expiresAt": format_time(row["expires_at"]),
+                   "expired": row["expired"], "lastUsedAt": format_time(row["last_used_at"]),
+                   "createdBy": row["created_by"]},
+    }  # fmt: skip
+
+
+@get(f"{PREFIX}/bootstraptokens", operation_id="listBootstrapTokens", tags=["BootstrapToken"],
+     summary="List bootstrap tokens (never their secrets)")  # fmt: skip
+async def list_bootstrap_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        rows = await bootstrap.list_bootstrap_tokens(_pool(request))
+        return json_response({"kind": "BootstrapTokenList", "apiVersion": API_VERSION,
+                              "metadata": {}, "items": [_record(r) for r in rows]})  # fmt: skip
+
+    return await guarded(request, run, attrs=Attributes("list", "bootstraptokens", group=GROUP))
+
+
+@delete(f"{PREFIX}/bootstraptokens/{{name:str}}", operation_id="deleteBootstrapToken",
+        tags=["BootstrapToken"], summary="Delete a bootstrap token before it is used",
+        status_code=200)  # fmt: skip
+async def delete_bootstrap_token(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+    async def run(user: User) -> Response[Any]:
+        if not await bootstrap.delete_bootstrap_token(_pool(request), name):
+            raise errors.NotFound(
+                f'bootstraptokens "{name}" not found', kind="bootstraptokens", name=name
+            )
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Success", "details": {"name": name,
+                              "kind": "bootstraptokens"}})  # fmt: skip
+
+    attrs = Attributes("delete", "bootstraptokens", name=name, group=GROUP)
+    return await guarded(request, run, attrs=attrs)
 
 
 @post(f"{PREFIX}/nodecredentials", operation_id="createNodeCredential",
@@ -211,6 +254,8 @@ async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
 
 HANDLERS: list[HTTPRouteHandler] = [
     create_bootstrap_token,
+    list_bootstrap_tokens,
+    delete_bootstrap_token,
     create_node_credential,
     create_token_review,
 ]

@@ -73,6 +73,25 @@ async def create_bootstrap_token(
     return BootstrapToken(token_id, f"{token_id}.{secret}", str(expires), uses, node_name)
 
 
+async def list_bootstrap_tokens(pool: asyncpg.Pool) -> list[dict[str, object]]:
+    """Every bootstrap token still kept (spent and expired ones for an hour), newest first,
+    without its secret."""
+    rows = await pool.fetch(
+        "SELECT token_id, node_name, uses_left, description, created_by,"
+        " created_at, expires_at, last_used_at, expires_at < now() AS expired"
+        " FROM qm_bootstrap_tokens ORDER BY created_at DESC, token_id"
+    )
+    return [dict(r) for r in rows]
+
+
+async def delete_bootstrap_token(pool: asyncpg.Pool, token_id: str) -> bool:
+    """Remove a bootstrap token so no agent can join with it; whether it existed."""
+    gone = await pool.fetchval(
+        "DELETE FROM qm_bootstrap_tokens WHERE token_id = $1 RETURNING token_id", token_id
+    )
+    return gone is not None
+
+
 async def spend(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
     """Use ``token`` once to join as ``node_name``: its id, or None if it is malformed,
     unknown, expired, spent or bound to another node."""

@@ -209,17 +209,31 @@ def test_a_restart_reuses_the_credential_and_a_revoked_one_needs_a_new_join(
     assert fresh != first and credentials.load(state, c.admin.server, node) == fresh
 
 
-def test_qm_creates_a_bootstrap_token_an_agent_joins_with(api_server: ApiServer) -> None:
-    node = f"cli-{secrets.token_hex(3)}"
-    env = {**os.environ, "QM_SERVER": api_server.url, "QM_TOKEN": api_server.token}
-    done = subprocess.run(
-        [sys.executable, "-c", "from app.cli.main import main; raise SystemExit(main())",
-         "node", "bootstrap-token", "create", "--node", node, "--ttl", "10m"],
+def qm(server: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "QM_SERVER": server.url, "QM_TOKEN": server.token}
+    return subprocess.run(
+        [sys.executable, "-c", "from app.cli.main import main; raise SystemExit(main())", *args],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+
+
+def test_qm_creates_lists_and_deletes_bootstrap_tokens(api_server: ApiServer) -> None:
+    node = f"cli-{secrets.token_hex(3)}"
+    done = qm(api_server, "node", "bootstrap-token", "create", "--node", node, "--ttl", "10m",
+              "--description", "rack 7")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"for node {node}, 1 use(s)" in done.stderr
     token = done.stdout.strip()
+    token_id, secret = token.split(".")
+    listed = qm(api_server, "node", "bootstrap-token", "list")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(token_id))
+    assert node in row and "rack 7" in row and "<never>" in row
+    assert secret not in listed.stdout
+    spare = qm(api_server, "node", "bootstrap-token", "create").stdout.strip()
+    assert qm(api_server, "node", "bootstrap-token", "delete", spare.split(".")[0]).returncode == 0
+    with pytest.raises(credentials.JoinError):
+        credentials.join(api_server.url, spare, node)  # withdrawn before use
     credential = credentials.join(api_server.url, token, node)
     me = AgentApi(api_server.url, credential)
     assert me.create(NODE, None, {"metadata": {"name": node}})["metadata"]["name"] == node
