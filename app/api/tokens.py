@@ -5,8 +5,9 @@ create's answer only, once. Who may do what, in RBAC terms (``app.state.authz``)
 
 * create a token of a service account: ``create serviceaccounts/token`` on that account
   (as Kubernetes' TokenRequest); the same is served as ``POST .../serviceaccounts/NAME/token``;
+  where the caller holds nothing in the namespace, the answer is a missing namespace's;
 * create a token of oneself with a subset of one's own groups: anyone but ``system:``
-  principals (it grants nothing new);
+  principals (it grants nothing new), expiring no later than the token that asks;
 * create a token of another user, or with other groups: ``create tokens`` in this group;
 * list, get and revoke (delete): one's own tokens always; a service account's tokens with
   ``create serviceaccounts/token`` on it; any token with ``list``/``get``/``delete tokens``.
