@@ -4,8 +4,9 @@
 ``authorize(user, attrs) -> Decision`` callables; the first that allows wins (other
 authorizers, such as the node authorizer, append themselves to it). RBAC is the first entry:
 its :class:`~app.core.authz.rbac.Policy` is rebuilt from the watch cache whenever a Role,
-ClusterRole or binding changes (watchers on those four kinds mark it stale; the next check
-rebuilds it, so a binding is in force on this server as soon as its cache shows it).
+ClusterRole or binding changes (watchers on those four kinds queue the changes; the next check
+applies them, in O(the changed object's subjects), so a binding is in force on this server as
+soon as its cache shows it; a full rebuild only when the cache reloads).
 
 Handlers call :meth:`Authorization.check`: it returns :data:`ALLOWED`, or :data:`HIDDEN`
 when the principal holds no permission at all in the request's namespace (the request is then
@@ -49,13 +50,20 @@ class RBAC:
         )  # a reloaded cache drops its watchers; an overflowed one stops receiving
         if stale:
             self._rewatch()
-        for w in self._watchers:
-            if not w.queue.empty():
-                stale = True
-                while not w.queue.empty():
-                    w.queue.get_nowait()
         if stale:
             self._rebuild()
+            return self.policy
+        for w in self._watchers:
+            while not w.queue.empty():
+                item = w.queue.get_nowait()
+                if item is None:  # overflowed: start over from the cache
+                    self._rewatch()
+                    self._rebuild()
+                    return self.policy
+                event, c = item
+                obj = None if event == "DELETED" else c.obj()
+                self.policy.apply(c.kind.kind, c.namespace, c.name, obj)
+                self.generation += 1
         return self.policy
 
     def _rewatch(self) -> None:

@@ -91,6 +91,8 @@ class Policy:
         self.cluster_roles.update(CLUSTER_ROLES)
         # subject key -> binding namespace ("" for cluster-wide) -> bindings
         self.by_subject: dict[str, dict[str, list[Binding]]] = defaultdict(dict)
+        # (kind, namespace, name) of a stored binding -> the subject keys it is indexed under
+        self._keys: dict[tuple[str, str, str], list[str]] = {}
         for name, role, skind, sname in CLUSTER_BINDINGS:
             self._add(
                 f"{skind}:{sname}", Binding("ClusterRoleBinding", name, "", "ClusterRole", role)
@@ -109,10 +111,42 @@ class Policy:
         if role_kind not in ROLE_RESOURCE or (kind == "ClusterRoleBinding" and role_kind == "Role"):
             return
         binding = Binding(kind, _meta(obj)[1], namespace, role_kind, role_name)
+        keys = self._keys.setdefault((kind, namespace, binding.name), [])
         for subject in obj.get("subjects") or []:
             key = subject_key(subject, namespace)
-            if key is not None:
+            if key is not None and key not in keys:
                 self._add(key, binding)
+                keys.append(key)
+
+    def _unindex(self, kind: str, namespace: str, name: str) -> None:
+        for key in self._keys.pop((kind, namespace, name), ()):
+            scopes = self.by_subject.get(key, {})
+            kept = [b for b in scopes.get(namespace, ()) if (b.kind, b.name) != (kind, name)]
+            if kept:
+                scopes[namespace] = kept
+            else:
+                scopes.pop(namespace, None)
+            if not scopes:
+                self.by_subject.pop(key, None)
+
+    def apply(self, kind: str, namespace: str, name: str, obj: Obj | None) -> None:
+        """Follow one change of a stored RBAC object (``obj`` None: deleted), in O(its
+        subjects): the API server's policy is built once and then kept current this way."""
+        if kind == "Role":
+            if obj is None:
+                self.roles.pop((namespace, name), None)
+            else:
+                self.roles[(namespace, name)] = _rules(obj)
+        elif kind == "ClusterRole" and not reserved(name):
+            if obj is None:
+                self.cluster_roles.pop(name, None)
+            else:
+                self.cluster_roles[name] = _rules(obj)
+        elif kind == "RoleBinding" or (kind == "ClusterRoleBinding" and not reserved(name)):
+            scope = namespace if kind == "RoleBinding" else ""
+            self._unindex(kind, scope, name)
+            if obj is not None:
+                self._index(obj, kind, scope)
 
     def _add(self, key: str, binding: Binding) -> None:
         self.by_subject[key].setdefault(binding.namespace, []).append(binding)
