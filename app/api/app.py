@@ -72,6 +72,7 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     store = Store(pool, group_commit=True)
     app.state.objects = Objects(store, cache)
     app.state.authz = Authorization(RBAC(cache))  # others append to .chain
+    app.state.authz.rbac.current()  # the policy built before the first request, not in it
     app.state.objects.guards.append(escalation_guard(app.state.authz))
     app.state.auth = Authenticator(pool)
     app.state.revisioner = revisioner
