@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import secrets
 import stat
@@ -52,7 +53,10 @@ async def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
 
 
 @pytest.fixture
-async def node(api_server: ApiServer, tmp_path: Path) -> AsyncIterator[Node]:
+async def node(
+    api_server: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[Node]:
+    caplog.set_level(logging.DEBUG)
     api = AgentApi(api_server.url, api_server.token, ca_file=api_server.ca_file)
     ns = f"secvol-{secrets.token_hex(3)}"
     api.create(NAMESPACE, None, {"metadata": {"name": ns}})
@@ -68,6 +72,7 @@ async def node(api_server: ApiServer, tmp_path: Path) -> AsyncIterator[Node]:
         stop.set()
         await asyncio.wait_for(task, 30)
         api.close()
+    assert MARK not in caplog.text, "the agent logged a Secret's value"
 
 
 def pod(node: Node, name: str, command: list[str]) -> Obj:
