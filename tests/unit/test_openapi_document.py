@@ -4,6 +4,7 @@ kubectl's field-validation check looks for, and the example manifests validate."
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ import yaml
 
 from app.api.app import create_litestar
 from app.api.openapi import routes_of
+from app.core.admission import admit
 from app.core.kinds import API_VERSION, KINDS, Kind
 from app.core.openapi import document, index, index_key, split
+from app.core.openapi.examples import BODIES
 from app.core.openapi.operations import Route, operation
 from app.core.openapi.schemas import GVK, STATUS, kind_schema_name
 
@@ -201,3 +204,17 @@ def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:
 
 def test_core_group_paths_have_their_own_document() -> None:
     assert index_key("/api/v1/namespaces/{namespace}/events") == "api/v1"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
+def test_every_example_in_the_document_is_admitted(doc: dict[str, Any], kind: Kind) -> None:
+    body = doc["paths"][_collection(kind)]["post"]["requestBody"]["content"]["application/json"]
+    if kind.kind not in BODIES:
+        assert "example" not in body
+        return
+    sample = body["example"]
+    admit(kind, copy.deepcopy(sample), None)
+    schemas = doc["components"]["schemas"]
+    jsonschema_rs.validate(
+        {**schemas[kind_schema_name(kind)], "components": {"schemas": schemas}}, sample
+    )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.kinds import BY_KIND, Kind
+from app.core.openapi import examples
 from app.core.openapi import schemas as s
 
 JSON = "application/json"
@@ -111,11 +112,18 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
     }
 
 
+_PATH_EXAMPLES = {"namespace": examples.NAMESPACE, "name": examples.NAME}
+
+
 def _path_params(path: str) -> list[dict[str, Any]]:
-    return [
-        {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-        for n in _PARAM.findall(path)
-    ]
+    out: list[dict[str, Any]] = []
+    for n in _PARAM.findall(path):
+        param: dict[str, Any] = {"name": n, "in": "path", "required": True}
+        param["schema"] = {"type": "string"}
+        if n in _PATH_EXAMPLES:
+            param["example"] = _PATH_EXAMPLES[n]
+        out.append(param)
+    return out
 
 
 _INT0 = {"type": "integer", "minimum": 0}
@@ -153,6 +161,7 @@ DELETE_PARAMS = [
         "What happens to the dependents the object owns.",
     ),
 ]
+MERGE_EXAMPLE = {"metadata": {"labels": {"example": "patched"}}}
 JSON_PATCH_OPS = {
     "type": "array",
     "items": {
@@ -207,15 +216,19 @@ def kind_operation(
         )
     elif verb == "read":
         responses = _ok(200, obj)
-    elif verb == "create" or verb == "replace":
+    elif verb in ("create", "replace"):
         op["parameters"] += WRITE_PARAMS
         op["requestBody"] = _body({JSON: obj})
+        sample = None if status else examples.example(kind)
+        if sample is not None:
+            op["requestBody"]["content"][JSON]["example"] = sample
         responses = {**_ok(200, obj), **_ok(201, obj)}
     elif verb == "patch":
         op["parameters"] += WRITE_PARAMS
         op["requestBody"] = _body(
             {MERGE: {"type": "object", s.PRESERVE: True}, JSONPATCH: JSON_PATCH_OPS}
         )
+        op["requestBody"]["content"][MERGE]["example"] = MERGE_EXAMPLE
         responses = _ok(200, obj)
     else:  # delete
         op["parameters"] += DELETE_PARAMS
@@ -226,7 +239,7 @@ def kind_operation(
             "The object, still terminating (finalizers or a grace period), or a Success Status "
             "once it is gone"
         )
-    del every_ns, status  # same answers as the namespaced route and the main resource
+    del every_ns  # the same answers as the namespaced route
     op["responses"] = {**responses, **_errors(GUARDED + BY_VERB[verb])}
     return op
 
