@@ -20,19 +20,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from app.core import secretbox
 from app.core.secretbox import SecretKeyError
 from app.store import secret_keys
 
 PAGE = 200
+_enc = msgspec.json.Encoder()
 _STALE = """
 SELECT namespace, name, row_version, spec FROM secrets
 WHERE (namespace, name) > ($1, $2)
   AND (jsonb_typeof(spec->'data') IS DISTINCT FROM 'string'
        OR split_part(spec->>'data', '.', 2) <> $3)
 ORDER BY namespace, name LIMIT $4"""
-_SWAP = "UPDATE secrets SET spec = $4 WHERE namespace = $1 AND name = $2 AND row_version = $3"
+_SWAP = """
+UPDATE secrets AS t SET spec = v.spec::jsonb
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS v(namespace, name, expected, spec)
+WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
+RETURNING t.namespace"""
 _BY_KEY = """
 SELECT CASE WHEN jsonb_typeof(spec->'data') = 'string'
             THEN split_part(spec->>'data', '.', 2) ELSE '' END AS kid, count(*) AS n
@@ -74,16 +80,19 @@ async def _pass(pool: asyncpg.Pool, progress: Progress) -> int:
     after, touched = ("", ""), 0
     while True:
         rows = await pool.fetch(_STALE, after[0], after[1], ring.active, PAGE)
-        for row in rows:
-            touched += await _one(pool, row, ring, progress)
+        resealed = [r for r in (_reseal(row, ring, progress) for row in rows) if r is not None]
+        touched += await swap(pool, resealed, progress)
         if len(rows) < PAGE:
             return touched
         after = (rows[-1]["namespace"], rows[-1]["name"])
 
 
-async def _one(
-    pool: asyncpg.Pool, row: asyncpg.Record, ring: secretbox.Keyring, progress: Progress
-) -> int:
+Resealed = tuple[str, str, int, str]  # namespace, name, the row version read, the new spec
+
+
+def _reseal(row: asyncpg.Record, ring: secretbox.Keyring, progress: Progress) -> Resealed | None:
+    """The row's spec sealed under the active key; None (and a failure noted) if it does not
+    open."""
     ns, name, spec = row["namespace"], row["name"], dict(row["spec"] or {})
     where = f"{ns}/{name}"
     try:
@@ -94,13 +103,19 @@ async def _one(
     except SecretKeyError as exc:
         if not any(f.startswith(where + ":") for f in progress.failed):
             progress.failed.append(f"{where}: {exc}")
+        return None
+    return ns, name, int(row["row_version"]), _enc.encode(spec).decode()
+
+
+async def swap(pool: asyncpg.Pool, items: list[Resealed], progress: Progress) -> int:
+    """One statement writing each item if its row is still at the version read; the number of
+    items (written, or lost to a concurrent write)."""
+    if not items:
         return 0
-    status = await pool.execute(_SWAP, ns, name, row["row_version"], spec)
-    if status.endswith(" 1"):
-        progress.reencrypted += 1
-    else:
-        progress.conflicts += 1
-    return 1
+    written = len(await pool.fetch(_SWAP, *(list(col) for col in zip(*items, strict=True))))
+    progress.reencrypted += written
+    progress.conflicts += len(items) - written
+    return len(items)
 
 
 async def reencrypt(

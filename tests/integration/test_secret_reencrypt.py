@@ -44,7 +44,9 @@ async def test_store_seals_and_reencrypt_loses_no_race(pool: asyncpg.Pool) -> No
     assert stale is not None
     ring = secret_keys.source().ring()
     progress = secret_rotation.Progress()
-    assert await secret_rotation._one(pool, stale, ring, progress) == 1
+    resealed = secret_rotation._reseal(stale, ring, progress)
+    assert resealed is not None
+    assert await secret_rotation.swap(pool, [resealed], progress) == 1
     assert progress.conflicts == 1 and progress.reencrypted == 0
     now = await store.get(SECRET, NS, "s")
     assert secret_keys.open_object(now.obj)["data"] == {"k": b64("second")}
