@@ -16,6 +16,7 @@ answered exactly as if the namespace did not exist, see :class:`ScopedCache`), o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -42,29 +43,39 @@ class RBAC:
         self.policy = Policy()
         self.generation = 0
         self._watchers: list[Watcher] = []
+        self._delivering = False
 
     def current(self) -> Policy:
-        """The policy, rebuilt first if any RBAC object changed since it was built."""
+        """The policy, with every RBAC change the cache has shown applied to it."""
         stale = not self._watchers or any(
             w.overflowed or w not in self.cache.watchers for w in self._watchers
         )  # a reloaded cache drops its watchers; an overflowed one stops receiving
         if stale:
+            if self._delivering:  # inside the cache's event delivery: its watcher set is
+                return self.policy  # being iterated; the next request rebuilds
             self._rewatch()
-        if stale:
             self._rebuild()
             return self.policy
         for w in self._watchers:
             while not w.queue.empty():
                 item = w.queue.get_nowait()
-                if item is None:  # overflowed: start over from the cache
-                    self._rewatch()
-                    self._rebuild()
-                    return self.policy
+                if item is None:  # overflowed (w.overflowed): the next call rebuilds
+                    return self.current() if not self._delivering else self.policy
                 event, c = item
                 obj = None if event == "DELETED" else c.obj()
                 self.policy.apply(c.kind.kind, c.namespace, c.name, obj)
                 self.generation += 1
         return self.policy
+
+    @contextlib.contextmanager
+    def delivering(self) -> Iterator[None]:
+        """Checks made while the cache offers an event to its watchers (a watch's namespace
+        filter) apply queued changes but never re-register watchers."""
+        was, self._delivering = self._delivering, True
+        try:
+            yield
+        finally:
+            self._delivering = was
 
     def _rewatch(self) -> None:
         for w in self._watchers:
@@ -150,15 +161,16 @@ class Authorization:
         seen = [self.rbac.generation]
 
         def allowed(ns: str) -> bool:
-            self.rbac.current()
-            if seen[0] != self.rbac.generation:
-                memo.clear()
-                seen[0] = self.rbac.generation
-            hit = memo.get(ns)
-            if hit is None:
-                name = ns if attrs.resource == "namespaces" else attrs.name
-                hit = memo[ns] = self.allowed(user, replace(attrs, namespace=ns, name=name))
-            return hit
+            with self.rbac.delivering():  # called from the cache's event delivery
+                self.rbac.current()
+                if seen[0] != self.rbac.generation:
+                    memo.clear()
+                    seen[0] = self.rbac.generation
+                hit = memo.get(ns)
+                if hit is None:
+                    name = ns if attrs.resource == "namespaces" else attrs.name
+                    hit = memo[ns] = self.allowed(user, replace(attrs, namespace=ns, name=name))
+                return hit
 
         return allowed
 

@@ -61,3 +61,22 @@ def test_rbac_follows_bindings_in_the_cache() -> None:
     assert authz.visible(alice, "a") and not authz.visible(alice, "b")
     cache.apply([LogEntry(2, rb, "b1", "a", "b", 2, "D", json.dumps(binding))])
     assert not authz.authorize(alice, get).allowed
+
+
+def test_a_watch_filter_never_changes_the_watcher_set_during_delivery() -> None:
+    """The namespace filter of a watch runs while the cache iterates its watchers; after a
+    reload dropped the RBAC watchers it must not re-register them there and then."""
+    from app.stream.cache import Watcher
+
+    cache = WatchCache()
+    authz = Authorization(RBAC(cache))
+    alice = User("alice", ("system:authenticated",))
+    allowed = authz.namespace_filter(alice, Attributes("watch", "pods"))
+    assert allowed is not None
+    w = Watcher(POD, None, None, lambda f: allowed(f["metadata.namespace"]))
+    cache.watchers = {w}  # as a reload leaves them: the RBAC watchers gone
+    raw = json.dumps({"metadata": {"namespace": "a", "name": "p", "uid": "u1"}})
+    cache.apply([LogEntry(1, POD, "u1", "a", "p", 1, "A", raw)])  # no "set changed size"
+    assert w.queue.empty()
+    assert not authz.authorize(alice, Attributes("get", "pods", "a", "p")).allowed
+    assert len(cache.watchers) == 5  # the next request re-registered the four RBAC watchers
