@@ -18,6 +18,8 @@ from app.store.tokens import User
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 METRICS_GROUP = f"metrics.{GROUP}"  # usage figures, served from the usage store (ADR 0020)
+# What ``kubectl get all`` lists, as Kubernetes' ``all`` category (workloads and services).
+CATEGORY_ALL = ("Pod", "Service", "Deployment", "ReplicaSet", "Job", "CronJob")
 POD_SUBRESOURCES = (("pods/log", ["get"]), ("pods/eviction", ["create"]))
 
 
@@ -57,6 +59,7 @@ def resources() -> dict[str, Any]:
                 "verbs": VERBS,
                 "shortNames": list(k.short_names),
             }
+            | ({"categories": ["all"]} if k.kind in CATEGORY_ALL else {})
         )
         if k.has_status:
             items.append(

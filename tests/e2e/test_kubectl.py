@@ -228,6 +228,9 @@ def test_apply_diff_scale_wait_describe_and_delete_a_deployment(stack: Stack) ->
     assert headers(table) == ["NAME", "DESIRED", "READY", "AVAILABLE", "AGE"]
     assert table.splitlines()[1].split()[:4] == ["web", "1", "1", "1"]
     assert headers(table) == headers(stack.qm("get", "deployments", "-n", NS))
+    everything = stack.k("get", "all", "-n", NS)  # the "all" category of discovery
+    for kind in ("pod", "deployment", "replicaset"):
+        assert f"{kind}.quaymaster.io/web" in everything, everything
 
     assert "scaled" in stack.k("scale", "deployment/web", "-n", NS, "--replicas=2")
     scale = json.loads(stack.k("get", "deployment/web", "-n", NS, "--subresource=scale",

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from app.api.core_events import event_list, split_selector
+from app.api.discovery import resources
 from app.cli.printers import table_headers, table_row
 from app.core import errors, scale, table
 from app.core.kinds import BY_KIND, KINDS
@@ -159,3 +160,14 @@ def test_events_answer_as_a_core_event_list() -> None:
     assert (body["kind"], body["apiVersion"]) == ("EventList", "v1")
     assert body["metadata"] == {"resourceVersion": "12"}
     assert body["items"] == [{"apiVersion": "v1", "kind": "Event", "reason": "X"}]
+
+
+def test_discovery_names_the_scale_subresources_and_the_all_category() -> None:
+    listed = {r["name"]: r for r in resources()["resources"]}
+    for plural in ("deployments", "replicasets", "jobs"):
+        sub = listed[f"{plural}/scale"]
+        assert (sub["group"], sub["version"], sub["kind"]) == ("autoscaling", "v1", "Scale")
+        assert sorted(sub["verbs"]) == ["get", "patch", "update"]
+    assert "pods/scale" not in listed
+    in_all = {name for name, r in listed.items() if "all" in r.get("categories", [])}
+    assert in_all == {"pods", "services", "deployments", "replicasets", "jobs", "cronjobs"}
