@@ -138,7 +138,17 @@ LIST_PARAMS = [
     _query("watch", _BOOL, "Stream changes (a WatchEvent per line) instead of listing."),
     _query("allowWatchBookmarks", _BOOL, "Send BOOKMARK events on a watch."),
     _query("timeoutSeconds", _INT0, "End a watch after this many seconds."),
+    _query(
+        "sendInitialEvents",
+        _BOOL,
+        "On a watch: the current objects first, then a BOOKMARK marking their end.",
+    ),
 ]
+_INCLUDE_OBJECT = _query(
+    "includeObject",
+    {"type": "string", "enum": ["None", "Metadata", "Object"]},
+    "With a Table Accept header: what each row carries of its object.",
+)
 _DRY_RUN = _query(
     "dryRun", {"type": "string", "enum": ["All"]}, "Validate and answer without storing."
 )
@@ -209,12 +219,13 @@ def kind_operation(
     }
     responses: dict[str, Any]
     if verb == "list":
-        op["parameters"] += LIST_PARAMS
+        op["parameters"] += [*LIST_PARAMS, _INCLUDE_OBJECT]
         responses = _ok(200, s.ref(s.list_schema_name(kind)))
         responses["200"]["description"] = (
             "The list; with watch=true, a stream of WatchEvent objects, one per line"
         )
     elif verb == "read":
+        op["parameters"].append(_INCLUDE_OBJECT)
         responses = _ok(200, obj)
     elif verb in ("create", "replace"):
         op["parameters"] += WRITE_PARAMS
@@ -302,6 +313,7 @@ def generic_operation(route: Route) -> dict[str, Any]:
 
 # What the other routes accept and answer beyond the generic operation.
 EXTRA_PARAMS: dict[str, list[dict[str, Any]]] = {
+    "listTokens": [_query("user", _STR, "Only the tokens of this user.")],
     "readPodLog": [
         _query("container", _STR, "The container; optional when the pod has one."),
         _query("follow", _BOOL, "Stream the log as it grows."),
