@@ -129,7 +129,8 @@ def check_secret(e: Errs, obj: Obj, old: Obj | None) -> None:
     data = e.get_str_map(obj, "data", "")
     string_data = e.get_str_map(obj, "stringData", "")
     _omit_values(e, seen)
-    annotations = (obj.get("metadata") or {}).get("annotations")
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
     if isinstance(annotations, dict) and REDACTED_ANNOTATION in annotations:
         e.forbidden(
             sub("metadata.annotations", REDACTED_ANNOTATION),
