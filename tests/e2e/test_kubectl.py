@@ -202,7 +202,7 @@ def test_the_kubeconfig_reaches_the_api_over_https_only(stack: Stack) -> None:
 
 def test_get_prints_the_columns_of_qm_get(stack: Stack) -> None:
     wait_for(lambda: stack.k("get", "nodes").count("local-") == 3, 120, "three nodes")
-    for args in (["nodes"], ["namespaces"], ["leases", "-A"]):
+    for args in (["nodes"], ["namespaces"], ["leases", "-A"], ["nodes", "-o", "wide"]):
         assert headers(stack.k("get", *args)) == headers(stack.qm("get", *args)), args
     yaml_out = yaml.safe_load(stack.k("get", "node", "local-a", "-o", "yaml"))
     assert (yaml_out["kind"], yaml_out["metadata"]["name"]) == ("Node", "local-a")
