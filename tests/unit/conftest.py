@@ -107,6 +107,24 @@ MANIFESTS: dict[str, dict[str, Any]] = {
         "reason": "Scheduled",
         "message": "assigned to node-1",
     },
+    "Role": {
+        "metadata": _meta("pod-reader"),
+        "rules": [{"verbs": ["get", "list"], "apiGroups": ["quaymaster.io"], "resources": ["pod"]}],
+    },
+    "ClusterRole": {
+        "metadata": _meta("node-reader", namespaced=False),
+        "rules": [{"verbs": ["get"], "apiGroups": ["quaymaster.io"], "resources": ["nodes"]}],
+    },
+    "RoleBinding": {
+        "metadata": _meta("team-edit"),
+        "roleRef": {"kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "User", "name": "alice"}, {"kind": "ServiceAccount", "name": "ci"}],
+    },
+    "ClusterRoleBinding": {
+        "metadata": _meta("readers", namespaced=False),
+        "roleRef": {"kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "Group", "name": "auditors"}],
+    },
     "AdmissionPolicy": {
         "metadata": _meta("baseline", namespaced=False),
         "spec": {"mode": "Enforce", "rules": {"denyPrivileged": True, "maxPriority": 999}},

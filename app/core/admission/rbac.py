@@ -19,7 +19,8 @@ REF_GROUPS = (GROUP, "rbac.authorization.k8s.io")
 
 
 def _reserved_name(e: Errs, obj: Obj, kind: str) -> None:
-    name = (obj.get("metadata") or {}).get("name")
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
     if isinstance(name, str) and reserved(name):
         e.forbidden("metadata.name", f"{name!r} is a built-in {kind} and cannot be stored")
 
