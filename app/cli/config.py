@@ -70,6 +70,16 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def tls_hint(error: str) -> str | None:
+    """What to do when a connection failed because the server's certificate is not trusted."""
+    if "CERTIFICATE_VERIFY_FAILED" not in error:
+        return None
+    return (
+        f"hint: the server's certificate is not signed by a CA qm trusts; name the CA file in "
+        f"'{CA_KEY}:' of the config or {CA_ENV} (make up's is .qm/pki/ca.crt)"
+    )
+
+
 def _first(*values: str | None) -> str | None:
     for value in values:
         if value is not None:

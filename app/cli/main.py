@@ -25,7 +25,7 @@ from .auth import add_parsers as add_auth_parsers
 from .bootstrap import COMMANDS as BOOTSTRAP_COMMANDS
 from .bootstrap import add_parsers as add_bootstrap_parsers
 from .client import CLIENT_VERSION, ApiClient
-from .config import ConfigError, load_config
+from .config import ConfigError, load_config, tls_hint
 from .context import Context, UsageError, resolve_one_kind
 from .get import run_get
 from .logs import COMMANDS as LOG_COMMANDS
@@ -227,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         except Unreachable as exc:
             ctx.error(f"error: {exc}")
+            if hint := tls_hint(str(exc)):
+                ctx.error(hint)
             return 1
         except KeyboardInterrupt:
             return 130

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from agent import config as agent_config
-from app.cli.config import ConfigError, load_config
+from app.cli.config import ConfigError, load_config, tls_hint
 from app.devstack import up
 
 
@@ -59,3 +59,10 @@ def test_make_up_writes_the_ca_into_the_cli_config_and_a_kubeconfig(
     assert set(pki.agents) == {"a", "b", "c"}
     agent_a = next(c for c in up.COMPONENTS if c.name == "agent-a")
     assert "{state}/pki/agent-a.crt" in agent_a.argv
+
+
+def test_an_untrusted_certificate_gets_a_hint() -> None:
+    failed = "GET https://x/apis: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"
+    hint = tls_hint(failed)
+    assert hint is not None and "certificate-authority:" in hint and "QM_CA_FILE" in hint
+    assert tls_hint("GET https://x/apis: [Errno 111] Connection refused") is None
