@@ -4,9 +4,10 @@ previous one is doing, so a slow server shows as latency rather than as fewer re
 
 Each request is labelled by ``label(sent_at)`` (``"quiet"``, ``"flood"``, or None to leave it
 out), so quiet and flooded samples can come from interleaved slices of one run. Recorded: the
-latency of every request by operation (get, list, create, update, delete of the previous
-cycle's create, so the namespace stays small; a watch's start counts as ``watch_start``), and
-the delay from sending each create until the team's watch delivers it (``watch_event``)."""
+latency of every request by operation (get, list, create, update (a merge patch), delete of
+the previous cycle's create, so the namespace stays small; a watch's start counts as
+``watch_start``), and the delay from sending each create until the team's watch delivers it
+(``watch_event``)."""
 
 from __future__ import annotations
 
@@ -93,10 +94,11 @@ class Team:
                 r = await self.api.delete(old, headers=self.auth)
                 if r.status_code == 404 and cycle == 0:
                     return
-            else:
-                body = {"metadata": {"name": f"seed-{i % 20}"}, "data": {"i": str(i)}}
-                r = await self.api.put(
-                    f"{base}{self.coll}/seed-{i % 20}", headers=self.auth, json=body
+            else:  # a merge patch: an update needs no resourceVersion this way
+                r = await self.api.patch(
+                    f"{base}{self.coll}/seed-{i % 20}",
+                    headers={**self.auth, "Content-Type": "application/merge-patch+json"},
+                    content=json.dumps({"data": {"i": str(i)}}),
                 )
         except httpx.HTTPError:
             self.failures[op] += 1
