@@ -51,7 +51,7 @@ def cluster(
     with psycopg.connect(url, autocommit=True) as db:  # stored before encryption was on
         db.execute(
             "INSERT INTO secrets (uid, namespace, name, spec) VALUES (gen_random_uuid(), %s,"
-            " 'legacy', '{\"type\": \"Opaque\", \"data\": {\"n\": \"MA==\"}}')",
+            ' \'legacy\', \'{"type": "Opaque", "data": {"n": "MA=="}}\')',
             (NS,),
         )
     keys = tmp_path / "keys.json"
