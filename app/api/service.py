@@ -206,7 +206,7 @@ class Objects:
         for guard in self.guards:
             guard(kind, admitted, user)
         if dry_run:  # admitted and answered, never stored (dryRun=All)
-            return _dry_run(kind, admitted, None)
+            return _dry_run(kind, self._unused_name(kind, admitted), None)
         stored = await self.store.create(kind, admitted, actor=user.actor)
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
@@ -366,6 +366,19 @@ class Objects:
                 name=name,
             )
         return current
+
+    def _unused_name(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        """A dry-run create's object: refused as the store would refuse a name in use, or
+        named from its ``generateName`` as the store would name it."""
+        meta = obj["metadata"]
+        name = meta.get("name")
+        if not name:
+            meta["name"] = f"{meta.get('generateName') or ''}{uuid.uuid4().hex[:5]}"
+        elif self.cache.get(kind, str(meta.get("namespace") or ""), str(name)) is not None:
+            raise errors.AlreadyExists(
+                f'{kind.plural} "{name}" already exists', kind=kind.plural, name=str(name)
+            )
+        return obj
 
     def _namespace_open(self, namespace: str) -> None:
         ns = self.cache.get(BY_KIND["Namespace"], "", namespace)
