@@ -338,6 +338,7 @@ def test_incremental_changes_match_a_rebuild() -> None:
                 a = Attributes(verb, res, ns, "x")
                 assert policy.authorize(Who(u), a).allowed == rebuilt.authorize(Who(u), a).allowed
             assert policy.visible(Who(u), ns) == rebuilt.visible(Who(u), ns)
+
     def index(p: Policy) -> dict[str, dict[str, set[Any]]]:
         return {k: {ns: set(bs) for ns, bs in v.items()} for k, v in p.by_subject.items()}
 

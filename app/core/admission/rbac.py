@@ -34,7 +34,7 @@ def _rules(e: Errs, obj: Obj) -> None:
         for key in ("verbs", "apiGroups", "resources"):
             values = e.get_str_list(r, key, path, required=True)
             if values is not None and not values:
-                e.required(sub(path, key), "must name at least one, or \"*\"")
+                e.required(sub(path, key), 'must name at least one, or "*"')
         e.get_str_list(r, "resourceNames", path)
 
 
