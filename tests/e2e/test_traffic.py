@@ -86,13 +86,16 @@ class Stack:
 
     # -- the API --------------------------------------------------------------------------
     def api(self) -> httpx.Client:
-        ca = ssl.create_default_context(cafile=str(self.tmp / "state" / "pki" / "ca.crt"))
         return httpx.Client(
             base_url=f"https://127.0.0.1:{self.port}/apis/quaymaster.io/v1",
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
-            verify=ca,  # make up serves HTTPS with its own CA
+            verify=self.ca(),
         )
+
+    def ca(self) -> ssl.SSLContext:
+        """Trust in make up's CA: it serves the API over HTTPS only."""
+        return ssl.create_default_context(cafile=str(self.tmp / "state" / "pki" / "ca.crt"))
 
     def apply(self, *objs: dict[str, Any]) -> None:
         env = {k: v for k, v in self.env.items() if k not in ("QM_SERVER", "QM_TOKEN")}
@@ -302,11 +305,12 @@ def test_names_resolve_to_the_virtual_ip(stack: Stack) -> None:
 
 
 def test_every_proxy_acknowledges_what_discovery_sends_and_the_api_shows_it(stack: Stack) -> None:
-    url = f"http://127.0.0.1:{stack.port}/apis/discovery.quaymaster.io/v1/subscribers"
+    url = f"https://127.0.0.1:{stack.port}/apis/discovery.quaymaster.io/v1/subscribers"
     want = {"local-a", "local-b", "local-c", "edge-127.0.0.200"}
 
     def current() -> bool:
-        got = httpx.get(url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
+        auth = {"Authorization": f"Bearer {stack.token}"}
+        got = httpx.get(url, headers=auth, timeout=10, verify=stack.ca())
         got.raise_for_status()
         body = got.json()
         versions = {r["url"]: r.get("version") for r in body["replicas"]}
