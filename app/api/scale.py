@@ -29,13 +29,21 @@ from app.store.tokens import User
 _enc = msgspec.json.Encoder()
 
 
+def _metadata(body: Any) -> dict[str, Any]:
+    """A body's ``metadata`` (empty when absent); one that is not an object is a 400."""
+    meta = (body.get("metadata") if isinstance(body, dict) else None) or {}
+    if not isinstance(meta, dict):
+        raise errors.BadRequest("metadata must be an object")
+    return meta
+
+
 async def _write(
     request: Request[Any, Any, Any], kind: Kind, namespace: str, name: str, scale: Any,
     user: User,
 ) -> Response[Any]:  # fmt: skip
     objects: Objects = authz.objects_of(request)
     replicas = core.wanted_replicas(scale, name)
-    rv = ((scale.get("metadata") or {}) if isinstance(scale, dict) else {}).get("resourceVersion")
+    rv = _metadata(scale).get("resourceVersion")
     body = _enc.encode(core.object_patch(kind.kind, replicas, rv))
     c = await objects.patch(
         kind, namespace, name, body, MERGE, user, dry_run=wants_dry_run(request)
@@ -81,10 +89,10 @@ def scale_handlers(kind: Kind) -> list[HTTPRouteHandler]:
             base = current(request, namespace, name)
             scale = merge_patch(base, ops) if media == MERGE else json_patch(base, ops)
             if isinstance(scale, dict) and isinstance(ops, dict):
-                given = (ops.get("metadata") or {}).get("resourceVersion")
+                given = _metadata(ops).get("resourceVersion")
                 scale.setdefault("metadata", {})["resourceVersion"] = given  # pinned only if sent
             elif isinstance(scale, dict):
-                scale.setdefault("metadata", {}).pop("resourceVersion", None)
+                _metadata(scale).pop("resourceVersion", None)
             return await _write(request, kind, namespace, name, scale, user)
 
         return await guarded(request, run, attrs=Attributes("patch", *scaled(namespace, name)))

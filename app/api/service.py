@@ -316,6 +316,9 @@ class Objects:
     ) -> tuple[Cached | None, str]:  # fmt: skip
         current = self.get(kind, namespace, name)
         pre = options.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            cause = errors.Cause("preconditions", "FieldValueInvalid", "must be an object")
+            raise errors.invalid("DeleteOptions", None, [cause])
         expected = None
         if pre.get("resourceVersion") not in (None, ""):
             expected = (

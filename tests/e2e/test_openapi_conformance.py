@@ -38,7 +38,8 @@ from schemathesis.specs.openapi.checks import (
 from app import __version__
 from app.api.app import create_litestar
 from app.api.openapi import TITLE, routes_of
-from app.core.openapi import document
+from app.core.kinds import BY_KIND
+from app.core.openapi import document, examples
 from app.devstack.apiserver import ApiServer
 from app.devstack.supervise import free_port
 
@@ -124,6 +125,24 @@ schema = schemathesis.openapi.from_dict(_document(), config=CONFIG)
 def test_the_served_document_is_the_one_tested(conformance_server: ApiServer) -> None:
     served = httpx.get(f"{conformance_server.url}/schema", timeout=30).json()
     assert served == json.loads(json.dumps(_document()))
+
+
+def test_malformed_options_and_metadata_are_client_errors(conformance_server: ApiServer) -> None:
+    """Two server errors the coverage phase found: a delete's ``preconditions`` and a
+    ``Scale``'s ``metadata`` that are not objects."""
+    h = {"Authorization": f"Bearer {conformance_server.token}"}
+    api = f"{conformance_server.url}/apis/quaymaster.io/v1/namespaces/default"
+    deployment = examples.example(BY_KIND["Deployment"])
+    assert deployment is not None
+    deployment["metadata"]["name"] = "malformed"
+    with httpx.Client(headers=h, timeout=30) as client:
+        assert client.post(f"{api}/deployments", json=deployment).status_code == 201
+        item = f"{api}/deployments/malformed"
+        scale = client.put(f"{item}/scale", json={"metadata": [None], "spec": {"replicas": 2}})
+        assert (scale.status_code, scale.json()["kind"]) == (400, "Status")
+        gone = client.request("DELETE", item, json={"preconditions": [None]})
+        assert (gone.status_code, gone.json()["reason"]) == (422, "Invalid")
+        assert client.delete(item).status_code == 200
 
 
 @schema.parametrize()
