@@ -149,8 +149,8 @@ class Dispatcher:
         f.last_active = now
         width = seats if lv.limit == 0 else max(1, min(seats, lv.limit))
         req = Request(lv.name, flow, width, now, self._seq)
-        if lv.limit == 0:
-            self._admit(lv, f, req)
+        if lv.limit == 0 or (not lv.queued and lv.in_use + width <= lv.limit):
+            self._admit(lv, f, req)  # nobody waits and it fits: no queue needed
             return req
         if len(f.queue) >= self.config.queue_length or lv.queued >= self.config.max_queued:
             self._reject(lv, f, req, QUEUE_FULL)
