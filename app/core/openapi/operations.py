@@ -154,7 +154,7 @@ _DRY_RUN = _query(
 )
 WRITE_PARAMS = [
     _DRY_RUN,
-    _query("fieldManager", _STR, "The writer's name (recorded for audit only)."),
+    _query("fieldManager", _STR, "The writer's name; accepted, not kept (no managedFields)."),
     _query(
         "fieldValidation",
         {"type": "string", "enum": ["Ignore", "Warn", "Strict"]},
