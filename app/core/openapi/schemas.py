@@ -99,6 +99,13 @@ FIELD_TYPES: dict[str, Schema] = {
 }
 
 
+DESCRIPTIONS = {
+    "spec": "The desired state. Admission checks the fields it knows and keeps the rest as sent.",
+    "status": "The observed state, written by controllers and agents through the status "
+    "subresource; a write of the main resource keeps the stored status.",
+}
+
+
 def object_meta() -> Schema:
     owner = {
         "type": "object",
@@ -237,12 +244,22 @@ def kind_object(kind: Kind) -> Schema:
     """A kind's object: a closed top level, as admission's field check keeps it."""
     fields = list(kind.spec_fields) + (["status"] if kind.has_status else [])
     props: Schema = {
-        "apiVersion": {"type": "string", "enum": [f"{GROUP}/{VERSION}"]},
-        "kind": {"type": "string", "enum": [kind.kind]},
+        "apiVersion": {
+            "type": "string",
+            "enum": [f"{GROUP}/{VERSION}"],
+            "description": "The group and version; may be omitted on create.",
+        },
+        "kind": {
+            "type": "string",
+            "enum": [kind.kind],
+            "description": "The kind; may be omitted on create.",
+        },
         "metadata": ref(OBJECT_META),
     }
     for name in fields:
-        props[name] = FIELD_TYPES.get(name, _ANY)
+        props[name] = {**FIELD_TYPES.get(name, _ANY)}
+        if name in DESCRIPTIONS:
+            props[name]["description"] = DESCRIPTIONS[name]
     return {
         "type": "object",
         "description": f"A {kind.kind} ({'namespaced' if kind.namespaced else 'cluster-scoped'}).",
