@@ -68,6 +68,8 @@ def test_every_error_code_is_a_status(doc: dict[str, Any]) -> None:
                 seen += 1
                 schema = answer["content"]["application/json"]["schema"]
                 assert schema == {"$ref": f"#/components/schemas/{STATUS}"}, (path, method, code)
+                if code == "429":
+                    assert "Retry-After" in answer["headers"]
         assert any(int(c) < 400 for c in op["responses"]), (path, method)
     assert seen > 1000
 

@@ -191,11 +191,22 @@ def _body(content: dict[str, dict[str, Any]], required: bool = True) -> dict[str
     return {"required": required, "content": {m: {"schema": sch} for m, sch in content.items()}}
 
 
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again (also in details.retryAfterSeconds)",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
+
+
 def _errors(codes: tuple[int, ...]) -> dict[str, Any]:
     status = {JSON: {"schema": s.ref(s.STATUS)}}
-    return {
-        str(c): {"description": REASONS.get(c, "Error"), "content": status} for c in sorted(codes)
-    }
+    out: dict[str, Any] = {}
+    for c in sorted(codes):
+        out[str(c)] = {"description": REASONS.get(c, "Error"), "content": status}
+        if c == 429:
+            out[str(c)]["headers"] = RETRY_AFTER
+    return out
 
 
 def _ok(code: int, schema: dict[str, Any], media: str = JSON) -> dict[str, Any]:
