@@ -155,7 +155,11 @@ def create_litestar() -> Litestar:
             *OPENAPI_HANDLERS,
         ],
         lifespan=[
-            lifespan, usage_lifespan, fairness_lifespan, credential_lifespan, secrets_lifespan
+            lifespan,
+            usage_lifespan,
+            fairness_lifespan,
+            credential_lifespan,
+            secrets_lifespan,
         ],
         exception_handlers={
             errors.StatusError: _status_error,

@@ -50,7 +50,7 @@ WITH ins AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT {who('$11::text')}, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
+  SELECT {who("$11::text")}, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
          {audited(kind, "ins")} FROM ins WHERE $11::text IS NOT NULL
 )
 SELECT * FROM ins"""
@@ -80,7 +80,7 @@ WITH old AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT {who('$9::text')}, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
+  SELECT {who("$9::text")}, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
          {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $9::text IS NOT NULL
 )
 SELECT * FROM upd"""
@@ -97,7 +97,7 @@ WITH old AS (
   RETURNING {COLS}
 ), aud AS (
   {_AUDIT}
-  SELECT {who('$5::text')}, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
+  SELECT {who("$5::text")}, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
          {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $5::text IS NOT NULL
 )
 SELECT * FROM upd"""
@@ -122,7 +122,7 @@ WITH v AS (
   RETURNING {_cols("t")}, v.qm_ord
 ), aud AS (
   {_AUDIT}
-  SELECT {who('v.actor')}, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
+  SELECT {who("v.actor")}, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
          {audited(kind, "old", ("qm_ord",))}, {audited(kind, "upd", ("qm_ord",))}
   FROM upd JOIN old USING (qm_ord) JOIN v USING (qm_ord) WHERE v.actor IS NOT NULL
 )
