@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from migrations.kind_table import kind_table
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -23,39 +25,9 @@ depends_on = None
 TABLES = ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
 
 
-def _table(table: str) -> str:
-    return f"""
-CREATE TABLE {table} (
-  uid uuid PRIMARY KEY,
-  namespace text NOT NULL DEFAULT '',
-  name text NOT NULL,
-  generate_name text,
-  labels jsonb NOT NULL DEFAULT '{{}}',
-  annotations jsonb NOT NULL DEFAULT '{{}}',
-  owner_references jsonb NOT NULL DEFAULT '[]',
-  finalizers jsonb NOT NULL DEFAULT '[]',
-  creation_timestamp timestamptz NOT NULL DEFAULT now(),
-  deletion_timestamp timestamptz,
-  deletion_grace_period_seconds integer,
-  generation bigint NOT NULL DEFAULT 1,
-  row_version bigint NOT NULL DEFAULT 0,
-  spec jsonb NOT NULL DEFAULT '{{}}',
-  status jsonb NOT NULL DEFAULT '{{}}',
-  CONSTRAINT {table}_namespace_name UNIQUE (namespace, name)
-);
-CREATE INDEX {table}_labels ON {table} USING gin (labels jsonb_path_ops);
-CREATE INDEX {table}_owners ON {table} USING gin (owner_references jsonb_path_ops)
-  WHERE owner_references <> '[]'::jsonb;
-CREATE TRIGGER {table}_stamp BEFORE INSERT OR UPDATE ON {table}
-  FOR EACH ROW EXECUTE FUNCTION qm_stamp_row();
-ALTER PUBLICATION qm_stream ADD TABLE {table};
-GRANT SELECT ON {table} TO qm_reporting;
-"""
-
-
 def upgrade() -> None:
     for table in TABLES:
-        op.execute(_table(table))
+        op.execute(kind_table(table))
 
 
 def downgrade() -> None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from migrations.kind_table import kind_table
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -36,31 +38,8 @@ depends_on = None
 
 SA = "serviceaccounts"
 
-UPGRADE = rf"""
-CREATE TABLE {SA} (
-  uid uuid PRIMARY KEY,
-  namespace text NOT NULL DEFAULT '',
-  name text NOT NULL,
-  generate_name text,
-  labels jsonb NOT NULL DEFAULT '{{}}',
-  annotations jsonb NOT NULL DEFAULT '{{}}',
-  owner_references jsonb NOT NULL DEFAULT '[]',
-  finalizers jsonb NOT NULL DEFAULT '[]',
-  creation_timestamp timestamptz NOT NULL DEFAULT now(),
-  deletion_timestamp timestamptz,
-  deletion_grace_period_seconds integer,
-  generation bigint NOT NULL DEFAULT 1,
-  row_version bigint NOT NULL DEFAULT 0,
-  spec jsonb NOT NULL DEFAULT '{{}}',
-  status jsonb NOT NULL DEFAULT '{{}}',
-  CONSTRAINT {SA}_namespace_name UNIQUE (namespace, name)
-);
-CREATE INDEX {SA}_labels ON {SA} USING gin (labels jsonb_path_ops);
-CREATE INDEX {SA}_owners ON {SA} USING gin (owner_references jsonb_path_ops)
-  WHERE owner_references <> '[]'::jsonb;
-CREATE TRIGGER {SA}_stamp BEFORE INSERT OR UPDATE ON {SA}
-  FOR EACH ROW EXECUTE FUNCTION qm_stamp_row();
-
+# The table joins the publication with qm_tokens, at the end of UPGRADE.
+UPGRADE = kind_table(SA, publish=False) + rf"""
 ALTER TABLE qm_tokens
   ADD COLUMN revoked_at timestamptz,
   ADD COLUMN created_by text NOT NULL DEFAULT '',
