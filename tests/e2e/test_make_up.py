@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,72 +13,37 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from up_stack import UpStack
 
 from app.devstack import network
-from app.devstack.supervise import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_up_serves_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    port = free_port()
-    config = tmp_path / "qm.yaml"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN", "QM_SECRET_KEYS")
-    }
-    env.update(QM_STATE_DIR=str(tmp_path / "state"), QM_API_PORT=str(port), QM_CONFIG=str(config))
     plan = network.NetworkPlan(tag=f"t{os.getpid() % 10**7}")  # beside a developer's make up
-    env.update(QM_NETWORK_TAG=plan.tag)
+    stack = UpStack(tmp_path, tag=plan.tag)
     namespaced = network.available() is None
-    tmp_path.chmod(0o755)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.devstack.up"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     try:
-        deadline = time.monotonic() + 120
-        while not config.exists():
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "make up did not come up"
-            time.sleep(0.2)
-        written = yaml.safe_load(config.read_text())
-        assert written["server"] == f"https://127.0.0.1:{port}"
+        stack.start(timeout=120)
+        written = yaml.safe_load(stack.config.read_text())
+        assert written["server"] == f"https://127.0.0.1:{stack.port}"
         assert written["certificate-authority"] == str(tmp_path / "state" / "pki" / "ca.crt")
         token_file = tmp_path / "state" / "bootstrap-token"
         assert written["token"] == token_file.read_text().strip()
         assert token_file.stat().st_mode & 0o077 == 0, "the token file is private"
-        qm_env = {k: v for k, v in env.items() if k not in ("QM_SERVER", "QM_TOKEN")}
-        got = subprocess.run(
-            [sys.executable, "-m", "app.cli.main", "get", "namespaces"],
-            cwd=ROOT,
-            env=qm_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert got.returncode == 0, got.stderr
-        assert "default" in got.stdout
-        _a_pod_runs_on_a_local_agent(qm_env)
-        _the_example_service_runs(qm_env, plan if namespaced else None)
-        _each_local_node_is_its_own_hostname(qm_env)
+        assert "default" in stack.qm("get", "namespaces")
+        _a_pod_runs_on_a_local_agent(stack)
+        _the_example_service_runs(stack, plan if namespaced else None)
+        _each_local_node_is_its_own_hostname(stack)
         _agents_joined_with_credentials_of_their_own(tmp_path / "state", written["token"])
-        _secrets_are_sealed_with_a_private_keys_file(tmp_path / "state", qm_env)
+        _secrets_are_sealed_with_a_private_keys_file(tmp_path / "state", stack)
         time.sleep(3.0)  # the other processes stay up too
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert stack.proc is not None and stack.proc.poll() is None, stack.log()
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-    assert proc.returncode == 0, out
+        returncode = stack.stop(timeout=60)
+    out = stack.output()
+    assert returncode == 0, out
     running = next(line for line in out.splitlines() if "Running:" in line)
     for name in ("api", "scheduler", "worker", "dispatcher", "beat", "manager", "agent-a",
                  "agent-b", "agent-c"):  # fmt: skip
@@ -101,30 +65,23 @@ def _agents_joined_with_credentials_of_their_own(state: Path, admin_token: str) 
         assert credential["token"] != admin_token
 
 
-def _secrets_are_sealed_with_a_private_keys_file(state: Path, env: dict[str, str]) -> None:
+def _secrets_are_sealed_with_a_private_keys_file(state: Path, stack: UpStack) -> None:
     """make up creates the Secret keys file, private, and the stack seals with it (ADR 0048)."""
     keys = state / "secret-keys.json"
     assert keys.stat().st_mode & 0o077 == 0, "the Secret keys file is private"
     active = json.loads(keys.read_text())["active"]
     manifest = '{"kind": "Secret", "metadata": {"name": "up-check"}, "stringData": {"k": "v"}}'
-    _qm(env, "apply", "-f", "-", stdin=manifest)
-    assert any(line.split()[:2] == [active, "yes"] for line in _qm(env, "secrets", "status")
+    stack.qm("apply", "-f", "-", stdin=manifest)
+    assert any(line.split()[:2] == [active, "yes"] for line in stack.qm("secrets", "status")
                .splitlines())  # fmt: skip
 
 
-def _qm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env,
-                          input=stdin, capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
+def _a_pod_runs_on_a_local_agent(stack: UpStack) -> None:
     """The three local agents register their machines, and a pod applied by a newcomer is
     placed by the scheduler and started as a process by an agent."""
     deadline = time.monotonic() + 90
-    while not all(f"local-{z}" in _qm(env, "get", "nodes") for z in "abc"):
-        assert time.monotonic() < deadline, _qm(env, "get", "nodes")
+    while not all(f"local-{z}" in stack.qm("get", "nodes") for z in "abc"):
+        assert time.monotonic() < deadline, stack.qm("get", "nodes")
         time.sleep(0.5)
     pod = {"apiVersion": "quaymaster.io/v1", "kind": "Pod",
            "metadata": {"name": "hello", "namespace": "default"},
@@ -132,9 +89,9 @@ def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
                                     "command": ["python3", "-c", "import time; time.sleep(600)"],
                                     "resources": {"requests": {"cpu": "100m",
                                                                "memory": "64Mi"}}}]}}  # fmt: skip
-    _qm(env, "apply", "-f", "-", stdin=json.dumps(pod))
+    stack.qm("apply", "-f", "-", stdin=json.dumps(pod))
     while True:
-        got = json.loads(_qm(env, "get", "pod", "hello", "-n", "default", "-o", "json"))
+        got = json.loads(stack.qm("get", "pod", "hello", "-n", "default", "-o", "json"))
         if (got.get("status") or {}).get("phase") == "Running":
             assert got["spec"]["nodeName"].startswith("local-")
             return
@@ -142,16 +99,16 @@ def _a_pod_runs_on_a_local_agent(env: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
-def _the_example_service_runs(env: dict[str, str], plan: network.NetworkPlan | None) -> None:
+def _the_example_service_runs(stack: UpStack, plan: network.NetworkPlan | None) -> None:
     """The example service from ``examples/`` runs as the README says: three ready replicas
     in three zones, each answering HTTP on its pod's address, their logs readable by qm. With
     the local network (root), each pod IP is its node's namespace address, reached from
     inside a namespace (the host has no route to them); without it, the node's 127.0.0.x."""
-    _qm(env, "apply", "-f", str(ROOT / "examples" / "00-namespace.yaml"))
-    _qm(env, "apply", "-f", str(ROOT / "examples" / "10-web.yaml"))
+    stack.qm("apply", "-f", str(ROOT / "examples" / "00-namespace.yaml"))
+    stack.qm("apply", "-f", str(ROOT / "examples" / "10-web.yaml"))
     deadline = time.monotonic() + 120
     while True:
-        items = json.loads(_qm(env, "get", "pods", "-n", "shop", "-o", "json"))["items"]
+        items = json.loads(stack.qm("get", "pods", "-n", "shop", "-o", "json"))["items"]
         ready = [p for p in items if _ready(p)]
         if len(ready) == 3:
             break
@@ -173,11 +130,11 @@ def _the_example_service_runs(env: dict[str, str], plan: network.NetworkPlan | N
         done = subprocess.run(inside, capture_output=True, text=True, timeout=30)
         assert done.stdout.strip() == "200", done.stderr
     name = ready[0]["metadata"]["name"]
-    logged = _qm(env, "logs", name, "-n", "shop", "--tail", "5")
+    logged = stack.qm("logs", name, "-n", "shop", "--tail", "5")
     assert '"GET / HTTP/1.1" 200' in logged, logged
 
 
-def _each_local_node_is_its_own_hostname(env: dict[str, str]) -> None:
+def _each_local_node_is_its_own_hostname(stack: UpStack) -> None:
     """Four replicas that must not share a ``kubernetes.io/hostname``: the three local agents
     are three hostnames, so three pods run on three nodes and the fourth waits for a fourth
     node, the scheduler saying why."""
@@ -194,10 +151,10 @@ def _each_local_node_is_its_own_hostname(env: dict[str, str]) -> None:
                                             "podAntiAffinity": {
                                                 "requiredDuringSchedulingIgnoredDuringExecution":
                                                     [term]}}}}}}  # fmt: skip
-    _qm(env, "apply", "-f", "-", stdin=json.dumps(deployment))
+    stack.qm("apply", "-f", "-", stdin=json.dumps(deployment))
     deadline = time.monotonic() + 120
     while True:
-        listed = _qm(env, "get", "pods", "-n", "default", "-l", "app=apart", "-o", "json")
+        listed = stack.qm("get", "pods", "-n", "default", "-l", "app=apart", "-o", "json")
         items = json.loads(listed)["items"]
         bound = [p for p in items if p["spec"].get("nodeName")]
         pending = [c for p in items if not p["spec"].get("nodeName")
@@ -209,7 +166,7 @@ def _each_local_node_is_its_own_hostname(env: dict[str, str]) -> None:
         time.sleep(1.0)
     assert {p["spec"]["nodeName"] for p in bound} == {"local-a", "local-b", "local-c"}
     assert "3 didn't match pod anti-affinity rules" in pending[0]["message"], pending[0]
-    nodes = json.loads(_qm(env, "get", "nodes", "-o", "json"))["items"]
+    nodes = json.loads(stack.qm("get", "nodes", "-o", "json"))["items"]
     hostnames = {n["metadata"]["name"]: n["metadata"]["labels"]["kubernetes.io/hostname"]
                  for n in nodes}  # fmt: skip
     assert hostnames == {f"local-{z}": f"local-{z}" for z in "abc"}

@@ -8,6 +8,7 @@ service's virtual IP. Needs root and ``ip netns`` (skipped elsewhere, a failure 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -23,9 +24,9 @@ import capability
 import httpx
 import pytest
 import yaml
+from up_stack import UpStack
 
 from app.devstack import network
-from app.devstack.supervise import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "traffic"
@@ -33,56 +34,14 @@ CLIENT = str(ROOT / "tests" / "e2e" / "traffic_client.py")
 APP = str(ROOT / "tests" / "e2e" / "traffic_app.py")
 
 
-class Stack:
+class Stack(UpStack):
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.port = free_port()
         self.plan = network.NetworkPlan(tag=f"w{os.getpid() % 10**7}")
-        self.config = tmp / "qm.yaml"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("DATABASE_URL", "QM_BROKER_URL", "QM_BOOTSTRAP_TOKEN")
-        }
-        env.update(
-            QM_STATE_DIR=str(tmp / "state"),
-            QM_API_PORT=str(self.port),
-            QM_CONFIG=str(self.config),
-            QM_NETWORK_TAG=self.plan.tag,
-        )
-        self.env = env
-        self.proc: subprocess.Popen[str] | None = None
-        self.token = ""
+        super().__init__(tmp, tag=self.plan.tag)
 
-    def start(self) -> None:
-        self.tmp.chmod(0o755)
-        log = open(self.tmp / "up.log", "w")  # noqa: SIM115 - the child's
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.devstack.up"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 180
-        while not self.config.exists():
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline, "make up did not come up"
-            time.sleep(0.2)
-        self.token = yaml.safe_load(self.config.read_text())["token"]
-
-    def log(self) -> str:
-        return (self.tmp / "up.log").read_text()[-5000:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    @functools.cached_property
+    def token(self) -> str:
+        return str(yaml.safe_load(self.config.read_text())["token"])
 
     # -- the API --------------------------------------------------------------------------
     def api(self) -> httpx.Client:
@@ -95,21 +54,11 @@ class Stack:
 
     def ca(self) -> ssl.SSLContext:
         """Trust in make up's CA: it serves the API over HTTPS only."""
-        return ssl.create_default_context(cafile=str(self.tmp / "state" / "pki" / "ca.crt"))
+        return ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
 
     def apply(self, *objs: dict[str, Any]) -> None:
-        env = {k: v for k, v in self.env.items() if k not in ("QM_SERVER", "QM_TOKEN")}
         for obj in objs:
-            done = subprocess.run(
-                [sys.executable, "-m", "app.cli.main", "apply", "-f", "-"],
-                cwd=ROOT,
-                env=env,
-                input=json.dumps(obj),
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 0, done.stderr
+            self.qm("apply", "-f", "-", stdin=json.dumps(obj))
 
     def items(self, plural: str, selector: str) -> list[dict[str, Any]]:
         with self.api() as api:
