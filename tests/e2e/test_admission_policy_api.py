@@ -8,7 +8,6 @@ namespace (the server is shared with other tests)."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -22,23 +21,6 @@ import pytest
 
 API = "/apis/quaymaster.io/v1"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def workers(api_server: Any, pg_url: str, redis_url: str, stop_all: Any) -> Iterator[None]:
-    broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
-    env = {**os.environ, "DATABASE_URL": pg_url, "QM_STREAM_DATABASE_URL": pg_url,
-           "QM_BROKER_URL": broker, "QM_RESYNC_SECONDS": "2", "PYTHONUNBUFFERED": "1"}  # fmt: skip
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-                          "--loglevel=WARNING", "--concurrency=2", "--without-gossip",
-                          "--without-mingle"], cwd=ROOT, env=env),
-        subprocess.Popen([sys.executable, "-m", "workers.dispatch"], cwd=ROOT, env=env),
-    ]  # fmt: skip
-    try:
-        yield
-    finally:
-        stop_all(procs)
 
 
 @pytest.fixture
@@ -145,7 +127,10 @@ def test_an_enforcing_policy_refuses_with_403_naming_the_policy_and_rule(
 
 
 def test_warn_mode_stores_the_pod_and_sends_a_warning_header(
-    http: httpx.Client, team: tuple[str, Callable[..., str]], api_server: Any, tmp_path: Path
+    http: httpx.Client,
+    team: tuple[str, Callable[..., str]],
+    qm_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     ns, policy = team
     name = policy("Warn", requireResources=True)
@@ -160,12 +145,8 @@ def test_warn_mode_stores_the_pod_and_sends_a_warning_header(
     # ``qm apply`` shows the server's warnings as kubectl does.
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(pod("loose-too")))
-    config = tmp_path / "config.yaml"
-    config.write_text("")
-    env = {**os.environ, "QM_CONFIG": str(config), "QM_SERVER": api_server.url,
-           "QM_TOKEN": api_server.token}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "app.cli.main", "apply", "-n", ns, "-f",
-                           str(manifest)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           str(manifest)], cwd=ROOT, env=qm_env, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert f'Warning: would violate AdmissionPolicy "{name}": requireResources' in done.stderr

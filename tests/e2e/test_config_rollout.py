@@ -6,32 +6,14 @@ reusing the old ReplicaSet."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
 import httpx
 import psycopg
-from test_rollout import API, Kubelet, cluster, qm  # noqa: F401  (the fixture)
+from test_rollout import API, played_namespace, qm, wait
 
 CM_PATH = "{api}/namespaces/{ns}/configmaps/settings"
-
-
-class ReadyKubelet(Kubelet):
-    """Marks every pod of the namespace Running and Ready."""
-
-    def run(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as db:
-            while not self.stop.wait(0.3):
-                db.execute(
-                    "UPDATE pods SET status = jsonb_build_object('phase', 'Running', 'conditions',"
-                    " jsonb_build_array(jsonb_build_object('type', 'Ready', 'status', 'True',"
-                    " 'lastTransitionTime', to_char(now() AT TIME ZONE 'UTC',"
-                    ' \'YYYY-MM-DD"T"HH24:MI:SS"Z"\'))))'
-                    " WHERE namespace = %s AND deletion_timestamp IS NULL"
-                    " AND phase IS DISTINCT FROM 'Running'",
-                    (self.namespace,),
-                )
 
 
 def modes(http: httpx.Client, db: psycopg.Connection[Any], ns: str) -> dict[str, int]:
@@ -47,14 +29,6 @@ def modes(http: httpx.Client, db: psycopg.Connection[Any], ns: str) -> dict[str,
     return out
 
 
-def wait(predicate: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def replicasets(http: httpx.Client, ns: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = http.get(f"{API}/namespaces/{ns}/replicasets").json()["items"]
     return items
@@ -67,74 +41,60 @@ def set_mode(http: httpx.Client, ns: str, mode: str) -> None:
 
 
 def test_a_configmap_change_rolls_out_pauses_and_rolls_back(
-    cluster: dict[str, str],  # noqa: F811
-    api_server: Any,
-    pg_url: str,
+    workers: None, qm_env: dict[str, str], api_server: Any, pg_url: str
 ) -> None:
-    ns = f"config-{secrets.token_hex(3)}"
-    headers = {"Authorization": f"Bearer {api_server.token}"}
-    with (
-        httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as http,
-        psycopg.connect(pg_url, autocommit=True) as db,
-    ):
-        assert http.post(f"{API}/namespaces", json={"metadata": {"name": ns}}).status_code == 201
-        kubelet = ReadyKubelet(pg_url, ns)
-        kubelet.start()
-        try:
-            cm = {"kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "a"}}
-            assert http.post(f"{API}/namespaces/{ns}/configmaps", json=cm).status_code == 201
-            container = {"name": "web", "image": "registry.local/web:1",
-                         "envFrom": [{"configMapRef": {"name": "settings"}}],
-                         "volumeMounts": [{"name": "conf", "mountPath": "/etc/web"}]}  # fmt: skip
-            manifest = {
-                "metadata": {"name": "web"},
-                "spec": {
-                    "replicas": 3, "minReadySeconds": 0,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                    "template": {"metadata": {"labels": {"app": "web"}},
-                                 "spec": {"containers": [container],
-                                          "volumes": [{"name": "conf",
-                                                       "configMap": {"name": "settings"}}]}},
-                },
-            }  # fmt: skip
-            r = http.post(f"{API}/namespaces/{ns}/deployments", json=manifest)
-            assert r.status_code == 201, r.text
-            done = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert done.returncode == 0, done.stdout + done.stderr
-            assert modes(http, db, ns) == {"a": 3}
-            (first,) = replicasets(http, ns)
-            volume = first["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
-            assert volume.startswith("settings-")  # pinned to the snapshot
-            snap = http.get(f"{API}/namespaces/{ns}/configmaps/{volume}").json()
-            assert snap["immutable"] is True and snap["data"] == {"mode": "a"}
+    with played_namespace(api_server, pg_url, "config") as (ns, http, db):
+        cm = {"kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "a"}}
+        assert http.post(f"{API}/namespaces/{ns}/configmaps", json=cm).status_code == 201
+        container = {"name": "web", "image": "registry.local/web:1",
+                     "envFrom": [{"configMapRef": {"name": "settings"}}],
+                     "volumeMounts": [{"name": "conf", "mountPath": "/etc/web"}]}  # fmt: skip
+        manifest = {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 3, "minReadySeconds": 0,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [container],
+                                      "volumes": [{"name": "conf",
+                                                   "configMap": {"name": "settings"}}]}},
+            },
+        }  # fmt: skip
+        r = http.post(f"{API}/namespaces/{ns}/deployments", json=manifest)
+        assert r.status_code == 201, r.text
+        done = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert modes(http, db, ns) == {"a": 3}
+        (first,) = replicasets(http, ns)
+        volume = first["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+        assert volume.startswith("settings-")  # pinned to the snapshot
+        snap = http.get(f"{API}/namespaces/{ns}/configmaps/{volume}").json()
+        assert snap["immutable"] is True and snap["data"] == {"mode": "a"}
 
-            set_mode(http, ns, "b")
-            wait(lambda: len(replicasets(http, ns)) == 2, "the config change's ReplicaSet")
-            done = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert done.returncode == 0, done.stdout + done.stderr
-            wait(lambda: modes(http, db, ns) == {"b": 3}, "every pod on the new config")
+        set_mode(http, ns, "b")
+        wait(lambda: len(replicasets(http, ns)) == 2, "the config change's ReplicaSet")
+        done = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait(lambda: modes(http, db, ns) == {"b": 3}, "every pod on the new config")
 
-            # Paused: a config change waits for the resume.
-            assert qm(cluster, "rollout", "pause", "deployment/web", "-n", ns).returncode == 0
-            set_mode(http, ns, "c")
-            time.sleep(3)
-            assert len(replicasets(http, ns)) == 2 and modes(http, db, ns) == {"b": 3}
-            assert qm(cluster, "rollout", "resume", "deployment/web", "-n", ns).returncode == 0
-            wait(lambda: len(replicasets(http, ns)) == 3, "the resumed rollout's ReplicaSet")
-            done = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert done.returncode == 0, done.stdout + done.stderr
-            wait(lambda: modes(http, db, ns) == {"c": 3}, "every pod on config c")
+        # Paused: a config change waits for the resume.
+        assert qm(qm_env, "rollout", "pause", "deployment/web", "-n", ns).returncode == 0
+        set_mode(http, ns, "c")
+        time.sleep(3)
+        assert len(replicasets(http, ns)) == 2 and modes(http, db, ns) == {"b": 3}
+        assert qm(qm_env, "rollout", "resume", "deployment/web", "-n", ns).returncode == 0
+        wait(lambda: len(replicasets(http, ns)) == 3, "the resumed rollout's ReplicaSet")
+        done = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait(lambda: modes(http, db, ns) == {"c": 3}, "every pod on config c")
 
-            undo = qm(cluster, "rollout", "undo", "deployment/web", "-n", ns)
-            assert undo.returncode == 0 and "rolled back" in undo.stdout, undo.stdout + undo.stderr
-            wait(lambda: modes(http, db, ns) == {"b": 3}, "the old config back on every pod")
-            assert len(replicasets(http, ns)) == 3  # the old ReplicaSet reused, not a fourth
-            back = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert back.returncode == 0, back.stdout + back.stderr
-            history = qm(cluster, "rollout", "history", "deployment/web", "-n", ns)
-            assert history.returncode == 0, history.stdout + history.stderr
-            assert history.stdout.count("cm/settings-") == 3, history.stdout  # one per revision
-        finally:
-            kubelet.stop.set()
-            kubelet.join()
+        undo = qm(qm_env, "rollout", "undo", "deployment/web", "-n", ns)
+        assert undo.returncode == 0 and "rolled back" in undo.stdout, undo.stdout + undo.stderr
+        wait(lambda: modes(http, db, ns) == {"b": 3}, "the old config back on every pod")
+        assert len(replicasets(http, ns)) == 3  # the old ReplicaSet reused, not a fourth
+        back = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert back.returncode == 0, back.stdout + back.stderr
+        history = qm(qm_env, "rollout", "history", "deployment/web", "-n", ns)
+        assert history.returncode == 0, history.stdout + history.stderr
+        assert history.stdout.count("cm/settings-") == 3, history.stdout  # one per revision

@@ -5,7 +5,7 @@ ProgressDeadlineExceeded, and ``qm rollout undo`` brings the old template back."
 
 from __future__ import annotations
 
-import os
+import contextlib
 import secrets
 import subprocess
 import sys
@@ -17,32 +17,10 @@ from typing import Any
 
 import httpx
 import psycopg
-import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 API = "/apis/quaymaster.io/v1"
 GOOD, BAD = "registry.local/web:1", "registry.local/web:2-broken"
-
-
-@pytest.fixture
-def cluster(api_server: Any, pg_url: str, redis_url: str, stop_all: Any,
-            tmp_path: Path) -> Iterator[dict[str, str]]:  # fmt: skip
-    broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
-    env = {**os.environ, "DATABASE_URL": pg_url, "QM_STREAM_DATABASE_URL": pg_url,
-           "QM_BROKER_URL": broker, "QM_RESYNC_SECONDS": "2", "PYTHONUNBUFFERED": "1"}  # fmt: skip
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-                          "--loglevel=WARNING", "--concurrency=2", "--without-gossip",
-                          "--without-mingle"], cwd=REPO_ROOT, env=env),
-        subprocess.Popen([sys.executable, "-m", "workers.dispatch"], cwd=REPO_ROOT, env=env),
-    ]  # fmt: skip
-    config = tmp_path / "config.yaml"
-    config.write_text("")
-    try:
-        yield {**os.environ, "QM_CONFIG": str(config), "QM_SERVER": api_server.url,
-               "QM_TOKEN": api_server.token}  # fmt: skip
-    finally:
-        stop_all(procs)
 
 
 def qm(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -51,13 +29,17 @@ def qm(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.Compl
 
 
 class Kubelet(threading.Thread):
-    """Marks pods of the good image Running and Ready, a moment after they appear."""
+    """Marks pods Running and Ready a moment after they appear: those of ``image``, or every
+    pod of the namespace."""
 
-    def __init__(self, url: str, namespace: str) -> None:
+    def __init__(self, url: str, namespace: str, image: str | None = None) -> None:
         super().__init__(daemon=True)
-        self.url, self.namespace, self.stop = url, namespace, threading.Event()
+        self.url, self.namespace, self.image = url, namespace, image
+        self.stop = threading.Event()
 
     def run(self) -> None:
+        of_image = " AND spec->'containers'->0->>'image' = %s" if self.image else ""
+        params = (self.namespace, self.image) if self.image else (self.namespace,)
         with psycopg.connect(self.url, autocommit=True) as db:
             while not self.stop.wait(0.3):
                 db.execute(
@@ -66,10 +48,31 @@ class Kubelet(threading.Thread):
                     " 'lastTransitionTime', to_char(now() AT TIME ZONE 'UTC',"
                     ' \'YYYY-MM-DD"T"HH24:MI:SS"Z"\'))))'
                     " WHERE namespace = %s AND deletion_timestamp IS NULL"
-                    " AND spec->'containers'->0->>'image' = %s"
-                    " AND phase IS DISTINCT FROM 'Running'",
-                    (self.namespace, GOOD),
+                    f"{of_image} AND phase IS DISTINCT FROM 'Running'",
+                    params,
                 )
+
+
+@contextlib.contextmanager
+def played_namespace(
+    api_server: Any, pg_url: str, prefix: str, image: str | None = None
+) -> Iterator[tuple[str, httpx.Client, psycopg.Connection[Any]]]:
+    """A new namespace whose pods a ``Kubelet`` plays the agents of, an API client and a
+    database connection: ``(namespace, http, db)``."""
+    ns = f"{prefix}-{secrets.token_hex(3)}"
+    headers = {"Authorization": f"Bearer {api_server.token}"}
+    with (
+        httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as http,
+        psycopg.connect(pg_url, autocommit=True) as db,
+    ):
+        assert http.post(f"{API}/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+        kubelet = Kubelet(pg_url, ns, image)
+        kubelet.start()
+        try:
+            yield ns, http, db
+        finally:
+            kubelet.stop.set()
+            kubelet.join()
 
 
 def _deployment(http: httpx.Client, ns: str) -> dict[str, Any]:
@@ -86,7 +89,7 @@ def _pods(db: psycopg.Connection[Any], ns: str) -> dict[str, int]:
     return {r[0]: r[1] for r in rows}
 
 
-def _wait(predicate: Any, what: str, timeout: float = 60) -> None:
+def wait(predicate: Any, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -96,71 +99,55 @@ def _wait(predicate: Any, what: str, timeout: float = 60) -> None:
 
 
 def test_a_stalled_rollout_reports_its_deadline_and_rolls_back(
-    cluster: dict[str, str], api_server: Any, pg_url: str
+    workers: None, qm_env: dict[str, str], api_server: Any, pg_url: str
 ) -> None:
-    ns = f"rollout-{secrets.token_hex(3)}"
-    headers = {"Authorization": f"Bearer {api_server.token}"}
-    with (
-        httpx.Client(base_url=api_server.url, headers=headers, timeout=30) as http,
-        psycopg.connect(pg_url, autocommit=True) as db,
-    ):
-        assert http.post(f"{API}/namespaces", json={"metadata": {"name": ns}}).status_code == 201
-        kubelet = Kubelet(pg_url, ns)
-        kubelet.start()
-        try:
-            manifest = {
-                "metadata": {"name": "web"},
-                "spec": {
-                    "replicas": 3, "progressDeadlineSeconds": 6, "minReadySeconds": 1,
-                    "selector": {"matchLabels": {"app": "web"}},
-                    "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                    "template": {"metadata": {"labels": {"app": "web"}},
-                                 "spec": {"containers": [{"name": "web", "image": GOOD}]}},
-                },
-            }  # fmt: skip
-            r = http.post(f"{API}/namespaces/{ns}/deployments", json=manifest)
-            assert r.status_code == 201, r.text
-            done = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert done.returncode == 0, done.stdout + done.stderr
-            assert "successfully rolled out" in done.stdout
+    with played_namespace(api_server, pg_url, "rollout", image=GOOD) as (ns, http, db):
+        manifest = {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 3, "progressDeadlineSeconds": 6, "minReadySeconds": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "web", "image": GOOD}]}},
+            },
+        }  # fmt: skip
+        r = http.post(f"{API}/namespaces/{ns}/deployments", json=manifest)
+        assert r.status_code == 201, r.text
+        done = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "successfully rolled out" in done.stdout
 
-            dep = _deployment(http, ns)
-            dep["spec"]["template"]["spec"]["containers"][0]["image"] = BAD
-            r = http.put(f"{API}/namespaces/{ns}/deployments/web", json=dep)
-            assert r.status_code == 200, r.text
+        dep = _deployment(http, ns)
+        dep["spec"]["template"]["spec"]["containers"][0]["image"] = BAD
+        r = http.put(f"{API}/namespaces/{ns}/deployments/web", json=dep)
+        assert r.status_code == 200, r.text
 
-            stalled = qm(cluster, "rollout", "status", "deployment/web", "-n", ns)
-            assert stalled.returncode == 1, stalled.stdout + stalled.stderr
-            assert "exceeded its progress deadline" in stalled.stderr
-            status = _deployment(http, ns)["status"]
-            progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
-            assert (progressing["status"], progressing["reason"]) == (
-                "False", "ProgressDeadlineExceeded")  # fmt: skip
-            # maxUnavailable 0: the three old pods kept serving; one surge pod never got ready.
-            assert _pods(db, ns) == {GOOD: 3, BAD: 1}
-            assert status["availableReplicas"] == 3
+        stalled = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns)
+        assert stalled.returncode == 1, stalled.stdout + stalled.stderr
+        assert "exceeded its progress deadline" in stalled.stderr
+        status = _deployment(http, ns)["status"]
+        progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+        assert (progressing["status"], progressing["reason"]) == (
+            "False", "ProgressDeadlineExceeded")  # fmt: skip
+        # maxUnavailable 0: the three old pods kept serving; one surge pod never got ready.
+        assert _pods(db, ns) == {GOOD: 3, BAD: 1}
+        assert status["availableReplicas"] == 3
 
-            history = qm(cluster, "rollout", "history", "deployment/web", "-n", ns)
-            assert history.returncode == 0 and BAD in history.stdout and GOOD in history.stdout
+        history = qm(qm_env, "rollout", "history", "deployment/web", "-n", ns)
+        assert history.returncode == 0 and BAD in history.stdout and GOOD in history.stdout
 
-            undo = qm(cluster, "rollout", "undo", "deployment/web", "-n", ns)
-            assert undo.returncode == 0, undo.stdout + undo.stderr
-            assert "rolled back" in undo.stdout
-            assert (
-                _deployment(http, ns)["spec"]["template"]["spec"]["containers"][0]["image"] == GOOD
-            )
-            back = qm(cluster, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
-            assert back.returncode == 0, back.stdout + back.stderr
-            _wait(lambda: _pods(db, ns) == {GOOD: 3}, "the broken pod to go")
-        finally:
-            kubelet.stop.set()
-            kubelet.join()
+        undo = qm(qm_env, "rollout", "undo", "deployment/web", "-n", ns)
+        assert undo.returncode == 0, undo.stdout + undo.stderr
+        assert "rolled back" in undo.stdout
+        assert _deployment(http, ns)["spec"]["template"]["spec"]["containers"][0]["image"] == GOOD
+        back = qm(qm_env, "rollout", "status", "deployment/web", "-n", ns, "--timeout", "60")
+        assert back.returncode == 0, back.stdout + back.stderr
+        wait(lambda: _pods(db, ns) == {GOOD: 3}, "the broken pod to go")
 
 
-def test_rollout_rejects_other_kinds_and_missing_revisions(
-    cluster: dict[str, str], api_server: Any
-) -> None:
-    bad_kind = qm(cluster, "rollout", "undo", "service/web")
+def test_rollout_rejects_other_kinds_and_missing_revisions(qm_env: dict[str, str]) -> None:
+    bad_kind = qm(qm_env, "rollout", "undo", "service/web")
     assert bad_kind.returncode == 2 and "deployments" in bad_kind.stderr
-    missing = qm(cluster, "rollout", "history", "deployment/does-not-exist")
+    missing = qm(qm_env, "rollout", "history", "deployment/does-not-exist")
     assert missing.returncode == 1 and "not found" in missing.stderr
