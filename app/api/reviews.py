@@ -10,6 +10,7 @@ the same chain that authorises requests (``app.state.authz``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response, get, post
@@ -101,40 +102,36 @@ def rules_review(authz: Authorization, user: User, namespace: str) -> dict[str, 
     }
 
 
-def _handlers(api_group_name: str) -> list[HTTPRouteHandler]:
-    prefix = f"/apis/{api_group_name}/{VERSION}"
+def _rules_in_namespace(authz: Authorization, user: User, spec: dict[str, Any]) -> dict[str, Any]:
+    namespace = spec.get("namespace")
+    return rules_review(authz, user, namespace if isinstance(namespace, str) else "")
+
+
+Answer = Callable[[Authorization, User, dict[str, Any]], dict[str, Any]]
+# (plural, kind, summary, the review's status from its spec)
+REVIEWS: tuple[tuple[str, str, str, Answer], ...] = (
+    (ACCESS, "SelfSubjectAccessReview", "Ask whether I may do something", access_review),
+    (RULES, "SelfSubjectRulesReview", "Ask what I may do in a namespace", _rules_in_namespace),
+)
+
+
+def _review(
+    api_group_name: str, plural: str, kind: str, summary: str, answer: Answer
+) -> HTTPRouteHandler:
     suffix = "" if api_group_name == AUTHZ_GROUP else "K8s"
 
-    @post(f"{prefix}/{ACCESS}", operation_id=f"createSelfSubjectAccessReview{suffix}",
-          tags=["SelfSubjectAccessReview"], summary="Ask whether I may do something",
-          status_code=201)  # fmt: skip
-    async def create_access(request: Request[Any, Any, Any]) -> Response[Any]:
+    @post(f"/apis/{api_group_name}/{VERSION}/{plural}", operation_id=f"create{kind}{suffix}",
+          tags=[kind], summary=summary, status_code=201)  # fmt: skip
+    async def create_review(request: Request[Any, Any, Any]) -> Response[Any]:
         async def run(user: User) -> Response[Any]:
-            spec, version = _spec(await review_body(request), "SelfSubjectAccessReview")
-            status = access_review(request.app.state.authz, user, spec)
-            body = {"kind": "SelfSubjectAccessReview", "apiVersion": version, "metadata": {}}
+            spec, version = _spec(await review_body(request), kind)
+            status = answer(request.app.state.authz, user, spec)
+            body = {"kind": kind, "apiVersion": version, "metadata": {}}
             return json_response(body | {"spec": spec, "status": status}, 201)
 
-        attrs = Attributes("create", ACCESS, group=AUTHZ_GROUP)
-        return await guarded(request, run, attrs=attrs)
+        return await guarded(request, run, attrs=Attributes("create", plural, group=AUTHZ_GROUP))
 
-    @post(f"{prefix}/{RULES}", operation_id=f"createSelfSubjectRulesReview{suffix}",
-          tags=["SelfSubjectRulesReview"], summary="Ask what I may do in a namespace",
-          status_code=201)  # fmt: skip
-    async def create_rules(request: Request[Any, Any, Any]) -> Response[Any]:
-        async def run(user: User) -> Response[Any]:
-            spec, version = _spec(await review_body(request), "SelfSubjectRulesReview")
-            namespace = spec.get("namespace")
-            if not isinstance(namespace, str):
-                namespace = ""
-            status = rules_review(request.app.state.authz, user, namespace)
-            body = {"kind": "SelfSubjectRulesReview", "apiVersion": version, "metadata": {}}
-            return json_response(body | {"spec": spec, "status": status}, 201)
-
-        attrs = Attributes("create", RULES, group=AUTHZ_GROUP)
-        return await guarded(request, run, attrs=attrs)
-
-    return [create_access, create_rules]
+    return create_review
 
 
 def resources(api_group_name: str) -> dict[str, Any]:
@@ -145,9 +142,7 @@ def resources(api_group_name: str) -> dict[str, Any]:
         "resources": [
             {"name": name, "singularName": "", "namespaced": False, "kind": kind,
              "verbs": ["create"]}
-            for name, kind in (
-                (ACCESS, "SelfSubjectAccessReview"), (RULES, "SelfSubjectRulesReview")
-            )
+            for name, kind, _, _ in REVIEWS
         ],
     }  # fmt: skip
 
@@ -175,8 +170,7 @@ def _discovery(api_group_name: str) -> list[HTTPRouteHandler]:
 
 
 HANDLERS: list[HTTPRouteHandler] = [
-    *_handlers(AUTHZ_GROUP),
-    *_handlers(K8S_GROUP),
+    *(_review(group, *review) for group in (AUTHZ_GROUP, K8S_GROUP) for review in REVIEWS),
     *_discovery(AUTHZ_GROUP),
     *_discovery(K8S_GROUP),
 ]
