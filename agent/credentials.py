@@ -5,9 +5,11 @@ An agent joins once (ADR 0045): it presents a one-time bootstrap token to ``POST
 .../nodecredentials`` and gets a token of its node (user ``system:node:<name>``, group
 ``system:nodes``), which it writes to ``<state dir>/credential.json`` (mode 0600) and uses for
 every later call, across restarts. At start, :func:`credential` reuses the saved one unless
-the API refuses it (401: revoked or expired), in which case only a new bootstrap token lets the
-agent in again. An API server that cannot be reached does not make the agent throw its
-credential away: it keeps it and goes on as it would with any outage.
+the API refuses it (401: revoked or expired, or its Node was deleted), in which case only a new
+bootstrap token lets the agent in again. A token bound to no node does not join under the name
+of a node that holds a live credential (403, :class:`JoinError` with the API's advice). An API
+server that cannot be reached does not make the agent throw its credential away: it keeps it
+and goes on as it would with any outage.
 
 The other way round, the API server calls the agent's log server with a credential of its own.
 The agent does not hold a secret to compare it with: :class:`ApiServerReviewer` asks the API
@@ -49,6 +51,8 @@ def join(server: str, bootstrap_token: str, node: str, *, ca_file: str | None = 
         answer = api.call(build.node_credential(node))
     except errors.Unauthorized as exc:
         raise JoinError(f"the bootstrap token was refused: {exc}") from None
+    except errors.Forbidden as exc:  # a token bound to no node, for a node that holds one
+        raise JoinError(f"the join as node {node} was refused: {exc}") from None
     finally:
         api.close()
     token = (answer.get("status") or {}).get("token")

@@ -11,7 +11,8 @@ All under ``/apis/authentication.quaymaster.io/v1`` (ADR 0045):
 - ``POST .../nodecredentials`` with the bootstrap token as the bearer and ``{"spec":
   {"nodeName": n}}``: spends one use and answers a ``NodeCredential`` whose ``status.token``
   is user ``system:node:<n>`` in group ``system:nodes``. The bootstrap token authenticates
-  nothing else.
+  nothing else. A token bound to no node may not join as a node that holds a live credential
+  (403 saying how to re-join it; nothing is spent).
 - ``POST .../tokenreviews`` with ``{"spec": {"token": t}}``: who ``t`` is
   (``status.authenticated``, ``status.user``), as Kubernetes' TokenReview. An agent's log
   server asks it who calls (``agent.server``); the caller needs ``create tokenreviews``
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -49,6 +50,7 @@ from app.core.names import validate_dns1123_subdomain
 from app.core.objects import format_time
 from app.store import bootstrap
 from app.store.tokens import User
+from app.stream.cache import WatchCache
 
 log = logging.getLogger(__name__)
 GROUP = node_authz.AUTHN_GROUP
@@ -163,7 +165,10 @@ async def create_node_credential(request: Request[Any, Any, Any]) -> Response[An
             raise errors.Unauthorized("Unauthorized: a bootstrap token is required")
         node = _node_name(_body(await request.body()), "NodeCredential", required=True)
         assert node is not None
-        credential = await bootstrap.join(_pool(request), token, node)
+        try:
+            credential = await bootstrap.join(_pool(request), token, node)
+        except bootstrap.NodeHeld as held:
+            raise errors.Forbidden(_held_message(held), kind="nodecredentials", name=node) from None
         if credential is None:
             raise errors.Unauthorized(
                 "Unauthorized: the bootstrap token is not valid (unknown, expired, used up, "
@@ -177,6 +182,17 @@ async def create_node_credential(request: Request[Any, Any, Any]) -> Response[An
         "status": {"token": credential, "username": bootstrap.node_user(node),
                    "groups": [bootstrap.NODES_GROUP]},
     }, 201)  # fmt: skip
+
+
+def _held_message(held: bootstrap.NodeHeld) -> str:
+    user = bootstrap.node_user(held.node)
+    return (
+        f'node "{held.node}" already holds a live credential, and bootstrap token '
+        f"{held.token_id} is bound to no node, so it may not join under that name (the token "
+        "was not spent). To re-join that machine, use a token bound to its name (qm node "
+        f"bootstrap-token create --node {held.node}), or first revoke its credential (qm token "
+        f"list --user {user}, then qm token revoke ID) or delete the Node, which revokes it"
+    )
 
 
 @post(f"{PREFIX}/tokenreviews", operation_id="createTokenReview", tags=["TokenReview"],
@@ -201,11 +217,43 @@ def _pool(request: Request[Any, Any, Any]) -> asyncpg.Pool:
     return pool
 
 
-def node_restriction(kind: Kind, obj: dict[str, Any], user: User) -> None:
-    """The store's guard: a node writes only its own Node, Lease and lease namespace."""
-    refusal = node_authz.admission_refusal(user, kind.kind, obj)
-    if refusal is not None:
-        raise errors.Forbidden(refusal, kind=kind.plural)
+Guard = Callable[[Kind, dict[str, Any], User], None]
+
+
+def node_restriction(cache: WatchCache) -> Guard:
+    """The store's guard for nodes' writes (as Kubernetes' NodeRestriction admission): a node
+    writes only its own Node, Lease and lease namespace, and of its own Node it may not change
+    what administrators steer workloads with (restricted labels, cordon, others' taints: see
+    :func:`app.core.authz.node.self_change`). An update's object carries the stored uid
+    (creates have none); the stored object it is compared with is the cache's, which is the
+    very version the write is conditional on (nothing awaits between the service reading it and
+    calling the guards)."""
+
+    def guard(kind: Kind, obj: dict[str, Any], user: User) -> None:
+        if node_authz.node_of(user) is None:
+            return
+        old = _stored(cache, kind, obj) if kind.kind == "Node" else None
+        refusal = node_authz.admission_refusal(user, kind.kind, obj, old)
+        if refusal is not None:
+            name = (obj.get("metadata") or {}).get("name")
+            raise errors.Forbidden(refusal, kind=kind.plural, name=name)
+
+    return guard
+
+
+def _stored(cache: WatchCache, kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored object an update of ``obj`` replaces; None for a create."""
+    meta = obj.get("metadata") or {}
+    uid = meta.get("uid")
+    if not uid:
+        return None
+    cached = cache.get(kind, meta.get("namespace") or "", str(meta.get("name") or ""))
+    if cached is None or cached.uid != uid:
+        raise errors.Conflict(
+            f'{kind.plural} "{meta.get("name")}" changed meanwhile: read it again and retry',
+            kind=kind.plural,
+        )
+    return cached.obj()
 
 
 # -- this API server's own credential, for agents ----------------------------------------------
@@ -240,7 +288,7 @@ async def credential_lifespan(app: Litestar) -> AsyncIterator[None]:
     chain = getattr(getattr(app.state, "authz", None), "chain", None)
     if chain is not None:
         chain.append(app.state.node_authorizer)
-    app.state.objects.guards.append(node_restriction)
+    app.state.objects.guards.append(node_restriction(app.state.objects.cache))
     renew = asyncio.create_task(_renew(app, pool))
     try:
         yield

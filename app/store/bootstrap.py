@@ -6,7 +6,15 @@ its own node, user ``system:node:<name>`` in group ``system:nodes``, minted by
 :func:`app.store.tokens.create_token` like every other token, so one authentication path serves
 every principal. A bootstrap token is ``<id>.<secret>``: the id is public, the secret is kept
 only as its SHA-256. Its uses count down in one ``UPDATE ... RETURNING``, so two agents racing
-for the last use cannot both win. Called by the API server only.
+for the last use cannot both win.
+
+A token bound to no node (created without ``--node``) may not join under the name of a node
+that already holds a live credential (:class:`NodeHeld`): that would hand the new machine the
+pods and Secrets of the node running under that name. Re-joining such a machine takes a token
+bound to its name, or revoking its credential first (deleting its Node revokes it too,
+migration 0010). The check, the spend and the mint are one transaction under a lock on the
+node's name, so two joins racing for one name cannot both pass the check. Called by the API
+server only.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.store.tokens import create_token, digest, revoke, token_id
+from app.store.tokens import Conn, create_token, digest, revoke, token_id
 
 NODE_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
@@ -92,38 +100,69 @@ async def delete_bootstrap_token(pool: asyncpg.Pool, token_id: str) -> bool:
     return gone is not None
 
 
-async def spend(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
-    """Use ``token`` once to join as ``node_name``: its id, or None if it is malformed,
-    unknown, expired, spent or bound to another node."""
+class NodeHeld(Exception):
+    """A join refused: ``node`` holds a live credential and the bootstrap token is not bound
+    to it. Nothing was spent."""
+
+    def __init__(self, node: str, token_id: str) -> None:
+        super().__init__(f"node {node} already holds a live credential")
+        self.node, self.token_id = node, token_id
+
+
+async def spend(conn: Conn, token: str, node_name: str) -> tuple[str, str | None] | None:
+    """Use ``token`` once to join as ``node_name``: its id and the node it is bound to (None:
+    any), or None if it is malformed, unknown, expired, spent or bound to another node."""
     m = _FORMAT.match(token)
     if m is None:
         return None
-    found = await pool.fetchval(
+    found = await conn.fetchrow(
         "UPDATE qm_bootstrap_tokens SET uses_left = uses_left - 1, last_used_at = now()"
         " WHERE token_id = $1 AND secret_sha256 = $2 AND uses_left > 0 AND expires_at > now()"
-        " AND (node_name IS NULL OR node_name = $3) RETURNING token_id",
+        " AND (node_name IS NULL OR node_name = $3) RETURNING token_id, node_name",
         m[1],
         digest(m[2]),
         node_name,
     )
-    return None if found is None else str(found)
+    return None if found is None else (str(found["token_id"]), found["node_name"])
+
+
+async def live_credentials(conn: Conn, node_name: str) -> list[str]:
+    """The ids of ``node_name``'s unrevoked, unexpired credentials: every token of user
+    ``system:node:<name>`` in group ``system:nodes``, joined or made by hand."""
+    rows = await conn.fetch(
+        "SELECT name FROM qm_tokens WHERE username = $1 AND $2 = ANY(groups)"
+        " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()) ORDER BY id",
+        node_user(node_name),
+        NODES_GROUP,
+    )
+    return [str(r["name"]) for r in rows]
 
 
 async def join(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
-    """Spend ``token`` and mint the credential of ``node_name``; None if the token is refused."""
-    token_id = await spend(pool, token, node_name)
-    if token_id is None:
-        return None
-    credential = await create_token(
-        pool, node_user(node_name), (NODES_GROUP,), f"node {node_name} (bootstrap {token_id})"
-    )
-    await pool.execute(
-        "INSERT INTO qm_node_credentials (node_name, token_sha256, bootstrap_token_id)"
-        " VALUES ($1, $2, $3)",
-        node_name,
-        digest(credential),
-        token_id,
-    )
+    """Spend ``token`` and mint the credential of ``node_name``; None if the token is refused,
+    :class:`NodeHeld` if it is bound to no node and ``node_name`` holds a live credential (the
+    use is then not spent)."""
+    async with pool.acquire() as conn, conn.transaction():
+        # One join per name at a time: the check below cannot race another join's mint.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('qm-node-join:' || $1, 0))", node_name
+        )
+        spent = await spend(conn, token, node_name)
+        if spent is None:
+            return None
+        token_id, bound_to = spent
+        if bound_to is None and await live_credentials(conn, node_name):
+            raise NodeHeld(node_name, token_id)  # rolls the spend back
+        credential = await create_token(
+            conn, node_user(node_name), (NODES_GROUP,), f"node {node_name} (bootstrap {token_id})"
+        )
+        await conn.execute(
+            "INSERT INTO qm_node_credentials (node_name, token_sha256, bootstrap_token_id)"
+            " VALUES ($1, $2, $3)",
+            node_name,
+            digest(credential),
+            token_id,
+        )
     return credential
 
 

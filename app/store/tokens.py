@@ -20,11 +20,14 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
 from app.core.kinds import TOKEN
 from app.core.objects import COLUMNS, render
 from app.core.principals import AUTHN_VERSION, actor, service_account_user
+
+Conn = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy  # a pool, or a transaction's
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ async def ensure_token(
 
 
 async def mint(
-    pool: asyncpg.Pool,
+    pool: Conn,
     username: str,
     groups: tuple[str, ...],
     ttl_s: float,
@@ -135,14 +138,15 @@ async def mint(
 
 
 async def create_token(
-    pool: asyncpg.Pool,
+    pool: Conn,
     username: str,
     groups: tuple[str, ...] = (),
     description: str = "",
     ttl_s: float = 365 * 24 * 3600.0,
 ) -> str:
     """A new token for ``username`` in ``groups`` (expiring after ``ttl_s``): for components
-    that mint credentials of their own principals, such as node credentials."""
+    that mint credentials of their own principals, such as node credentials (``pool`` may be a
+    connection in a transaction, so the mint commits or rolls back with the caller's writes)."""
     return (await mint(pool, username, groups, ttl_s, description)).token
 
 

@@ -14,6 +14,12 @@ Create Date: 2026-12-02
 * ``qm_node_credentials``: which token a join minted, for which node and with which bootstrap
   token (the credential itself is a row of ``qm_tokens``, user ``system:node:<name>``, group
   ``system:nodes``: one authentication path for every principal).
+* ``nodes_revoke_credentials`` (AFTER DELETE, and AFTER UPDATE when ``deletion_timestamp`` is
+  first set): deleting a Node revokes its credentials, every unrevoked token of user
+  ``system:node:<name>`` in group ``system:nodes``, in the same transaction and so through the
+  revision stream, as deleting a service account revokes its tokens (0009). Revoking when the
+  deletion is requested, not only when the row goes, keeps a finalizer (which a node may put on
+  its own Node) from holding the credential open.
 """
 
 from __future__ import annotations
@@ -61,6 +67,20 @@ LANGUAGE sql AS $$
   )
   SELECT count(*)::integer FROM gone
 $$;
+
+CREATE FUNCTION qm_revoke_node_credentials() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE qm_tokens SET revoked_at = now()
+  WHERE username = 'system:node:' || OLD.name AND 'system:nodes' = ANY(groups)
+    AND revoked_at IS NULL;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER nodes_revoke_credentials AFTER DELETE ON nodes
+  FOR EACH ROW EXECUTE FUNCTION qm_revoke_node_credentials();
+CREATE TRIGGER nodes_revoke_credentials_on_deletion AFTER UPDATE OF deletion_timestamp ON nodes
+  FOR EACH ROW WHEN (OLD.deletion_timestamp IS NULL AND NEW.deletion_timestamp IS NOT NULL)
+  EXECUTE FUNCTION qm_revoke_node_credentials();
 """
 
 
@@ -70,6 +90,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER IF EXISTS nodes_revoke_credentials_on_deletion ON nodes")
+    op.execute("DROP TRIGGER IF EXISTS nodes_revoke_credentials ON nodes")
+    op.execute("DROP FUNCTION IF EXISTS qm_revoke_node_credentials()")
     op.execute("DROP FUNCTION IF EXISTS qm_purge_bootstrap_tokens()")
     op.execute("DROP TABLE IF EXISTS qm_node_credentials")
     op.execute("DROP TABLE IF EXISTS qm_bootstrap_tokens")

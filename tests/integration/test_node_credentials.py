@@ -238,3 +238,139 @@ def test_qm_creates_lists_and_deletes_bootstrap_tokens(api_server: ApiServer) ->
     me = AgentApi(api_server.url, credential)
     assert me.create(NODE, None, {"metadata": {"name": node}})["metadata"]["name"] == node
     me.close()
+
+
+def revoke_token(admin: AgentApi, credential: str) -> None:
+    url = f"{admin.server}/apis/authentication.quaymaster.io/v1/tokens/{token_id(credential)}"
+    gone = httpx.delete(url, headers={"Authorization": f"Bearer {admin.token}"}, timeout=10)
+    assert gone.status_code == 200, gone.text
+
+
+def wait_refused(server: str, credential: str, node: str) -> None:
+    deadline = time.monotonic() + 5
+    while not credentials.refused(server, credential, node):
+        assert time.monotonic() < deadline, f"{node}'s credential is still accepted"
+        time.sleep(0.1)
+
+
+def test_a_token_bound_to_no_node_cannot_take_over_a_node_with_a_live_credential(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    node = f"held-{secrets.token_hex(3)}"
+    first = credentials.join(c.admin.server, bootstrap_token(c.admin, node), node)
+    any_name = bootstrap_token(c.admin, None, uses=2)
+    for name in (node, c.a):  # one joined a moment ago, one running with its Node and pods
+        with pytest.raises(credentials.JoinError, match=f"--node {name}") as refused:
+            credentials.join(c.admin.server, any_name, name)
+        assert "revoke" in str(refused.value) and "not spent" in str(refused.value)
+    listed = c.admin.call(build.Request("GET", build.AUTHN + "/bootstraptokens"))["items"]
+    mine = next(t for t in listed if t["metadata"]["name"] == any_name.split(".")[0])
+    assert mine["status"]["usesLeft"] == 2  # refusals spend nothing
+    # The operator's two ways in: a token bound to the name, or the old credential revoked.
+    rejoined = credentials.join(c.admin.server, bootstrap_token(c.admin, node), node)
+    assert rejoined != first and not credentials.refused(c.admin.server, rejoined, node)
+    revoke_token(c.admin, first)
+    revoke_token(c.admin, rejoined)
+    wait_refused(c.admin.server, rejoined, node)
+    fresh = credentials.join(c.admin.server, any_name, node)
+    assert not credentials.refused(c.admin.server, fresh, node)
+    new_name = f"new-{secrets.token_hex(3)}"  # a name nobody holds: any token joins it
+    assert credentials.join(c.admin.server, any_name, new_name)
+
+
+def test_deleting_a_node_revokes_its_credentials(cluster: Cluster) -> None:
+    c = cluster
+    gone, kept, held = (f"{w}-{secrets.token_hex(3)}" for w in ("gone", "kept", "held"))
+    joined = {n: credentials.join(c.admin.server, bootstrap_token(c.admin, n), n)
+              for n in (gone, kept, held)}  # fmt: skip
+    for node, token in joined.items():
+        me = AgentApi(c.admin.server, token)
+        me.create(NODE, None, {"metadata": {"name": node}})
+        me.close()
+    c.admin.delete(NODE, None, gone)
+    wait_refused(c.admin.server, joined[gone], gone)
+    assert not credentials.refused(c.admin.server, joined[kept], kept)
+    with pytest.raises(errors.Unauthorized):  # a revoked credential creates no Node again
+        AgentApi(c.admin.server, joined[gone]).create(NODE, None, {"metadata": {"name": gone}})
+    # Any token may join the name again: nothing live holds it any more.
+    assert credentials.join(c.admin.server, bootstrap_token(c.admin, None), gone)
+
+    # A finalizer on the Node does not keep its credential alive while deletion waits.
+    node = c.admin.get(NODE, None, held)
+    node["metadata"]["finalizers"] = ["example.com/hold"]
+    c.admin.replace(NODE, None, node)
+    c.admin.delete(NODE, None, held)
+    wait_refused(c.admin.server, joined[held], held)
+    node = c.admin.get(NODE, None, held)
+    assert node["metadata"].get("deletionTimestamp")
+    node["metadata"]["finalizers"] = []
+    c.admin.replace(NODE, None, node)
+
+
+def test_a_node_may_not_change_what_administrators_steer_workloads_with(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    node = f"restricted-{secrets.token_hex(3)}"
+    me = AgentApi(
+        c.admin.server, credentials.join(c.admin.server, bootstrap_token(c.admin, node), node)
+    )
+    with pytest.raises(errors.Forbidden, match=r"metadata\.labels\[node-restriction"):
+        me.create(NODE, None, {"metadata": {"name": node, "labels": {
+            "node-restriction.quaymaster.io/pool": "gpu"}}})  # fmt: skip
+    me.create(NODE, None, {"metadata": {"name": node, "labels": {HOST: node}}})
+    # What administrators set: a restricted label, a role, a dedicated taint, a cordon.
+    admin_labels = {"node-restriction.quaymaster.io/pool": "gpu",
+                    "node-role.kubernetes.io/control-plane": ""}  # fmt: skip
+    steer = {"unschedulable": True, "taints": [DEDICATED]}
+    c.admin.patch(NODE, None, node, {"metadata": {"labels": admin_labels}, "spec": steer})
+    refusals = [
+        ({"metadata": {"labels": {"node-restriction.quaymaster.io/pool": "cpu"}}},
+         r"metadata\.labels\[node-restriction\.quaymaster\.io/pool\]"),
+        ({"metadata": {"labels": {"node-restriction.quaymaster.io/pool": None}}},
+         r"metadata\.labels\[node-restriction\.quaymaster\.io/pool\]"),
+        ({"metadata": {"labels": {"team.node-restriction.quaymaster.io/x": "y"}}},
+         r"metadata\.labels\[team\.node-restriction"),
+        ({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": None}}},
+         r"metadata\.labels\[node-role\.kubernetes\.io/control-plane\]"),
+        ({"metadata": {"labels": {"node-role.kubernetes.io/worker": ""}}},
+         r"metadata\.labels\[node-role\.kubernetes\.io/worker\]"),
+        ({"spec": {"unschedulable": False}}, r"spec\.unschedulable"),
+        ({"spec": {"unschedulable": None}}, r"spec\.unschedulable"),
+        ({"spec": {"taints": []}}, r"spec\.taints\[dedicated\]"),
+        ({"spec": {"taints": [{**DEDICATED, "effect": "PreferNoSchedule"}]}},
+         r"spec\.taints\[dedicated\]"),
+        ({"spec": {"podCIDR": "10.99.0.0/24"}}, r"spec\.podCIDR"),
+    ]  # fmt: skip
+    for patch, field in refusals:
+        with pytest.raises(errors.Forbidden, match=field):
+            me.patch(NODE, None, node, patch)
+            pytest.fail(f"{patch} was allowed")
+    current = me.get(NODE, None, node)
+    with pytest.raises(errors.Forbidden, match=r"spec\.unschedulable"):  # a PUT as well
+        me.replace(NODE, None, {**current, "spec": {**current["spec"], "unschedulable": False}})
+    stored = c.admin.get(NODE, None, node)
+    assert stored["spec"]["unschedulable"] is True and stored["spec"]["taints"] == [DEDICATED]
+    assert {k: stored["metadata"]["labels"][k] for k in admin_labels} == admin_labels
+
+    # What the agent writes itself still goes through: its labels, its pressure taint, status.
+    me.patch(NODE, None, node, {"metadata": {"labels": {HOST: "box-1", "app/role": "x"}}})
+    current = me.get(NODE, None, node)
+    pressure = {"key": "node.quaymaster.io/memory-pressure", "effect": "NoSchedule"}
+    spec = {**current["spec"], "taints": [*current["spec"]["taints"], pressure]}
+    tainted = me.replace(NODE, None, {**current, "spec": spec})
+    assert pressure in tainted["spec"]["taints"] and DEDICATED in tainted["spec"]["taints"]
+    untainted = me.replace(NODE, None, {**tainted, "spec": {**spec, "taints": [DEDICATED]}})
+    assert untainted["spec"]["taints"] == [DEDICATED]
+    me.replace(NODE, None, {**untainted, "status": {"phase": "Ready"}}, "status")
+    # Administrators themselves are not restricted.
+    undo = {"node-restriction.quaymaster.io/pool": None}
+    c.admin.patch(
+        NODE, None, node, {"metadata": {"labels": undo}, "spec": {"unschedulable": False}}
+    )
+    me.close()
+
+
+HOST = "kubernetes.io/hostname"
+DEDICATED = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}

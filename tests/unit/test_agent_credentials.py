@@ -78,3 +78,31 @@ def test_the_log_server_lets_in_api_servers_and_administrators_only() -> None:
     assert not allows("down") and api.calls == calls + 1, "failures are not"
     now[0] = 11.0
     assert allows("apiserver") and api.calls == calls + 2
+
+
+def test_a_refused_join_is_a_join_error_with_the_apis_advice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent import credentials
+    from app.core import errors
+
+    refusals = {
+        "n1": errors.Forbidden('node "n1" already holds a live credential ... --node n1'),
+        "n2": errors.Unauthorized("Unauthorized: the bootstrap token is not valid"),
+    }
+
+    class Refusing:
+        def __init__(self, server: str, token: str, ca_file: str | None = None) -> None:
+            pass
+
+        def call(self, request: build.Request) -> Any:
+            raise refusals[json.loads(request.body or b"{}")["spec"]["nodeName"]]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(credentials, "AgentApi", Refusing)
+    with pytest.raises(credentials.JoinError, match=r"join as node n1 was refused.*--node n1"):
+        credentials.join("https://api:1", "abcdef.0123456789abcdef", "n1")
+    with pytest.raises(credentials.JoinError, match="bootstrap token was refused"):
+        credentials.join("https://api:1", "abcdef.0123456789abcdef", "n2")

@@ -231,3 +231,100 @@ def test_the_authorizer_allows_everything_the_agent_fetches_for_a_pod() -> None:
         }
     }  # fmt: skip
     assert agent_references(pod) and agent_references(pod) <= references(pod)
+
+
+NODE = {"metadata": {"name": "n1", "uid": "u1", "labels": {
+            "kubernetes.io/hostname": "n1", "node-restriction.quaymaster.io/pool": "gpu",
+            "node-role.kubernetes.io/worker": ""}},
+        "spec": {"unschedulable": True, "taints": [
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "quaymaster.io/repair", "effect": "NoSchedule"}]},
+        "status": {"phase": "Ready"}}  # fmt: skip
+
+
+def changed(labels: dict[str, str | None] | None = None, **spec: object) -> dict[str, object]:
+    """``NODE`` with labels set (None: removed) and spec fields replaced (None: removed)."""
+    meta = dict(NODE["metadata"])
+    have = {**meta["labels"], **(labels or {})}
+    meta["labels"] = {k: v for k, v in have.items() if v is not None}
+    new_spec = {**NODE["spec"], **spec}
+    return {**NODE, "metadata": meta, "spec": {k: v for k, v in new_spec.items() if v is not None}}
+
+
+def refusal(obj: dict[str, object], old: dict[str, object] | None = NODE) -> str | None:
+    return node_authz.admission_refusal(N1, "Node", obj, old)
+
+
+PRESSURE = {"key": "node.quaymaster.io/memory-pressure", "effect": "NoSchedule"}
+
+
+def test_a_node_changes_its_hostname_and_own_labels_and_its_pressure_taint() -> None:
+    assert refusal(NODE) is None
+    assert refusal(changed({"kubernetes.io/hostname": "box-1", "zone": "a"})) is None
+    assert refusal(changed({"topology.kubernetes.io/zone": "z"})) is None
+    with_pressure = changed(taints=[*NODE["spec"]["taints"], PRESSURE])
+    assert refusal(with_pressure) is None
+    assert refusal(NODE, with_pressure) is None  # and removes it again
+    reordered = changed(taints=[PRESSURE, *reversed(NODE["spec"]["taints"])])
+    assert refusal(reordered) is None
+    assert refusal({**NODE, "status": {"phase": "Gone"}}) is None  # status: its own subresource
+    annotated = {**NODE, "metadata": {**NODE["metadata"], "annotations": {"a": "b"}}}
+    assert refusal(annotated) is None
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        (changed({"node-restriction.quaymaster.io/pool": "cpu"}),
+         "metadata.labels[node-restriction.quaymaster.io/pool]"),
+        (changed({"node-restriction.quaymaster.io/pool": None}),
+         "metadata.labels[node-restriction.quaymaster.io/pool]"),
+        (changed({"rack.node-restriction.quaymaster.io/r": "7"}),
+         "metadata.labels[rack.node-restriction.quaymaster.io/r]"),
+        (changed({"node-role.kubernetes.io/worker": None}),
+         "metadata.labels[node-role.kubernetes.io/worker]"),
+        (changed({"node-role.kubernetes.io/control-plane": ""}),
+         "metadata.labels[node-role.kubernetes.io/control-plane]"),
+        (changed({"node-role.quaymaster.io/batch": ""}),
+         "metadata.labels[node-role.quaymaster.io/batch]"),
+        (changed(unschedulable=False), "spec.unschedulable"),
+        (changed(unschedulable=None), "spec.unschedulable"),
+        (changed(taints=[NODE["spec"]["taints"][0]]), "spec.taints[quaymaster.io/repair]"),
+        (changed(taints=[]), "spec.taints[dedicated, quaymaster.io/repair]"),
+        (changed(taints=[*NODE["spec"]["taints"], {"key": "x", "effect": "NoExecute"}]),
+         "spec.taints[x]"),
+        (changed(taints=[{**NODE["spec"]["taints"][0], "value": "cpu"},
+                         NODE["spec"]["taints"][1]]), "spec.taints[dedicated]"),
+        (changed(podCIDR="10.1.0.0/24"), "spec.podCIDR"),
+        (changed(providerID="aws://i-1"), "spec.providerID"),
+    ],
+)  # fmt: skip
+def test_a_node_may_not_change_what_administrators_steer_workloads_with(
+    obj: dict[str, object], field: str
+) -> None:
+    why = refusal(obj)
+    assert why is not None and why.startswith('Node "n1" is forbidden')
+    assert f"may not change {field}:" in why
+    assert node_authz.admission_refusal(ALICE, "Node", obj, NODE) is None  # administrators may
+
+
+def test_a_cordon_absent_or_false_is_the_same_and_spec_is_free_at_creation() -> None:
+    uncordoned = changed(unschedulable=None)
+    assert refusal(changed(unschedulable=False), uncordoned) is None
+    created = {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+               "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}  # fmt: skip
+    assert refusal(created, None) is None  # registering with taints, as kubelet may
+    restricted = {"metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/x": ""}}}
+    why = refusal(restricted, None)
+    assert why is not None and "metadata.labels[node-role.kubernetes.io/x]" in why
+
+
+def test_the_agent_writes_nothing_the_restriction_refuses() -> None:
+    """The agent's own taint and labels (``agent.pressure``, ``agent.node``) must stay allowed,
+    or a node could not report memory pressure or register."""
+    from agent.node import NodeConfig, labels_for
+    from agent.pressure import TAINT_KEY
+
+    assert TAINT_KEY in node_authz.OWN_TAINTS
+    labels = labels_for(NodeConfig("n1", zone="z", machine_class="m", hostname="h"))
+    assert not any(node_authz.restricted_label(k) for k in labels)

@@ -5,7 +5,8 @@ An agent authenticates as ``system:node:<name>`` in group ``system:nodes`` (its 
 what its agent needs, and only for objects related to that node:
 
 - its Node: ``get``, ``create`` (the first join), ``update``/``patch`` of the object (the
-  hostname label, the memory-pressure taint) and of ``status``;
+  hostname label, the memory-pressure taint) and of ``status``; what it may change of the
+  object is restricted further on admission (:func:`self_change`);
 - its Lease in ``quaymaster-node-lease`` (``get``, ``create``, ``update``, ``patch``), and
   ``get``/``create`` of that namespace (the first agent of a cluster creates it);
 - the pods bound to it (``spec.nodeName``): ``get``, ``delete`` (the agent confirms a
@@ -26,6 +27,7 @@ readable as soon as the cache shows it and one unbound or deleted stops being re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Set
 from typing import Any, Protocol
 
@@ -46,6 +48,16 @@ _LEASE = frozenset({"get", "create", "update", "patch"})
 _POD_OBJECT = frozenset({"get", "delete"})
 _WRITE = frozenset({"update", "patch"})
 _SERVICE = frozenset({"get", "list", "watch"})
+# Label domains (and their subdomains) only administrators set on a Node: what they steer
+# workloads with. A node may not add, change or remove such a label on its own Node.
+RESTRICTED_LABEL_DOMAINS = (
+    f"node-restriction.{GROUP}",  # node-restriction.quaymaster.io/...: Kubernetes' convention
+    "node-role.kubernetes.io",  # roles: placement of control-plane and dedicated workloads
+    f"node-role.{GROUP}",
+)
+# The taints a node adds and removes itself (``agent.pressure.TAINT_KEY``); every other taint
+# is its administrators' and controllers' (unreachable, repair, dedicated nodes).
+OWN_TAINTS = frozenset({f"node.{GROUP}/memory-pressure"})
 
 
 class Principal(Protocol):
@@ -202,11 +214,14 @@ def selector_refusal(
     )
 
 
-def admission_refusal(user: Principal, kind: str, obj: Mapping[str, Any]) -> str | None:
+def admission_refusal(
+    user: Principal, kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None
+) -> str | None:
     """Why a node may not store ``obj`` (None: nothing against it). A create's attributes
     carry no name, so the authorizer lets a node create Nodes, Leases and the lease namespace;
     this check, run on the decoded object before it is stored, keeps each node to its own (as
-    Kubernetes' NodeRestriction admission does)."""
+    Kubernetes' NodeRestriction admission does). Of its own Node (``old``: the stored object
+    an update replaces, None for a create) it may not change what :func:`self_change` names."""
     node = node_of(user)
     if node is None:
         return None
@@ -217,9 +232,91 @@ def admission_refusal(user: Principal, kind: str, obj: Mapping[str, Any]) -> str
         "Lease": name == node and namespace == LEASE_NAMESPACE,
         "Namespace": name == LEASE_NAMESPACE,
     }.get(kind, True)
-    if own:
+    if not own:
+        return (
+            f'{kind} "{name}" is forbidden: User "{user.name}" may write only its own node\'s '
+            f"{kind}"
+        )
+    if kind != "Node":
         return None
-    return f'{kind} "{name}" is forbidden: User "{user.name}" may write only its own node\'s {kind}'
+    change = self_change(obj, old)
+    if change is None:
+        return None
+    field, why = change
+    return f'Node "{name}" is forbidden: User "{user.name}" may not change {field}: {why}'
+
+
+def restricted_label(key: str) -> bool:
+    """Whether a label key is in a domain only administrators set on Nodes."""
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS)
+
+
+def self_change(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The first change (field, why) a node may not make to its own Node, writing ``obj`` over
+    ``old`` (None: creating it); None if it may. Restricted labels
+    (:data:`RESTRICTED_LABEL_DOMAINS`) may be neither set at creation nor added, changed or
+    removed later; after creation the spec is the administrators' and the controllers'
+    (``unschedulable``, taints, pod CIDRs, provider id), except the node's own taints
+    (:data:`OWN_TAINTS`). Status is a subresource of its own and not checked here."""
+    labels = _mapping((obj.get("metadata") or {}).get("labels"))
+    before = _mapping(((old or {}).get("metadata") or {}).get("labels"))
+    for key in sorted(set(labels) | set(before)):
+        if labels.get(key) != before.get(key) and restricted_label(key):
+            return (
+                f"metadata.labels[{key}]",
+                "labels under "
+                + ", ".join(f"{d}/" for d in RESTRICTED_LABEL_DOMAINS)
+                + " are set by the cluster's administrators, not by the node",
+            )
+    if old is None:
+        return None
+    spec, was = _mapping(obj.get("spec")), _mapping(old.get("spec"))
+    if bool(spec.get("unschedulable")) != bool(was.get("unschedulable")):
+        return (
+            "spec.unschedulable",
+            "cordoning and uncordoning a node is for its administrators (qm cordon, drain)",
+        )
+    theirs, had = _others_taints(spec.get("taints")), _others_taints(was.get("taints"))
+    if theirs != had:
+        changed = sorted({t.get("key") for t in _parsed(theirs ^ had)} - {None}, key=str)
+        return (
+            f"spec.taints[{', '.join(str(k) for k in changed) or '?'}]",
+            "a node adds and removes only its own taints ("
+            + ", ".join(sorted(OWN_TAINTS))
+            + "); the others are its administrators' and controllers'",
+        )
+    for key in sorted(set(spec) | set(was)):
+        if key not in ("unschedulable", "taints") and _value(spec.get(key)) != _value(was.get(key)):
+            return (f"spec.{key}", "a node's spec is its administrators' and controllers'")
+    return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _value(value: Any) -> Any:
+    """Absent, null and empty compare equal (admission drops nulls, stores an empty spec)."""
+    return None if value in (None, "", [], {}) else value
+
+
+def _others_taints(taints: Any) -> frozenset[str]:
+    """The taints of ``taints`` that are not the node's own, as a set of canonical texts."""
+    items = taints if isinstance(taints, list) else []
+    return frozenset(
+        json.dumps(t, sort_keys=True)
+        for t in items
+        if not (isinstance(t, Mapping) and t.get("key") in OWN_TAINTS)
+    )
+
+
+def _parsed(texts: Iterable[str]) -> list[Mapping[str, Any]]:
+    out = []
+    for text in texts:
+        value = json.loads(text)
+        out.append(value if isinstance(value, Mapping) else {})
+    return out
 
 
 # -- the graph's pure part: what a pod references ---------------------------------------------
