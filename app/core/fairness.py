@@ -15,6 +15,8 @@ nothing at our scale:
   objects it may return, at most :data:`MAX_SEATS`); it waits in its flow's queue until they
   are free. Queues are served max-min fair: the next request dispatched is the head of the
   queue whose flow holds the fewest seats, so a flow asking little is served before a flood;
+  among flows holding as many, the one served least recently goes first (round robin), so a
+  flood whose seats have all just been released does not go ahead of a quiet flow again;
 * queues are bounded (``queue_length`` per flow, ``max_queued`` per level) and so is the wait
   (``wait_limit``): past either the request is rejected, which the API answers with 429.
 
@@ -109,6 +111,7 @@ class Flow:
     dispatched: int = 0
     rejected: int = 0
     last_active: float = 0.0
+    served: int = 0  # the level's dispatch count when this flow was last admitted
 
 
 @dataclass
@@ -173,16 +176,21 @@ class Dispatcher:
         return self._dispatch(lv)
 
     def expire(self, now: float) -> list[Request]:
-        """Reject every queued request that has waited ``wait_limit`` or longer."""
+        """Reject every queued request that has waited ``wait_limit`` or longer; returns them
+        and the requests admitted in their place (a wide head gone, the next may fit)."""
         out: list[Request] = []
         deadline = now - self.config.wait_limit
         for lv in self.levels.values():
+            expired = False
             for f in lv.flows.values():
                 while f.queue and f.queue[0].arrived <= deadline:
                     req = f.queue.popleft()
                     lv.queued -= 1
                     self._reject(lv, f, req, TIME_OUT)
                     out.append(req)
+                    expired = True
+            if expired:
+                out += self._dispatch(lv)
         return out
 
     def cancel(self, req: Request, now: float) -> list[Request]:
@@ -221,12 +229,12 @@ class Dispatcher:
 
     def _dispatch(self, lv: Level) -> list[Request]:
         """Admit queue heads while seats allow: the flow holding the fewest seats first, the
-        earliest arrival among equals. A head that does not fit waits (and so does everyone
+        one served least recently among equals. A head that does not fit waits (and so does everyone
         behind it) rather than being overtaken forever by narrower requests."""
         out: list[Request] = []
         while lv.queued:
             f = min((f for f in lv.flows.values() if f.queue),
-                    key=lambda f: (f.in_use, f.queue[0].seq))  # fmt: skip
+                    key=lambda f: (f.in_use, f.served, f.queue[0].seq))  # fmt: skip
             head = f.queue[0]
             if lv.in_use + head.seats > lv.limit:
                 break
@@ -243,6 +251,7 @@ class Dispatcher:
         lv.dispatched += 1
         f.in_use += req.seats
         f.dispatched += 1
+        f.served = lv.dispatched
 
     @staticmethod
     def _reject(lv: Level, f: Flow, req: Request, reason: str) -> None:

@@ -124,7 +124,7 @@ async def one_run(
     start = time.monotonic() + 3.0  # the flooder's process and connections are up by then
     flooder = subprocess.Popen(
         [sys.executable, "-m", "bench.fairness.flooder", "--urls", ",".join(urls),
-         "--token", flood, "--start", repr(start), "--seconds", str(args.seconds),
+         f"--token={flood}", "--start", repr(start), "--seconds", str(args.seconds),
          "--slice", str(args.slice), "--workers", str(args.flood_workers)],
         cwd=ROOT, stdout=subprocess.PIPE,
     )  # fmt: skip

@@ -145,6 +145,26 @@ def test_a_wide_list_waits_for_its_seats_and_is_not_overtaken() -> None:
     assert d.release(small[2], 3.0) == [wide]
 
 
+def test_a_flood_whose_seats_were_all_released_does_not_go_ahead_of_a_quiet_flow() -> None:
+    d = dispatcher()
+    wide = d.offer(f.GLOBAL_DEFAULT, "flooder", 10, 0.0)  # the whole level
+    flood = [d.offer(f.GLOBAL_DEFAULT, "flooder", 1, 0.0) for _ in range(4)]
+    calm = d.offer(f.GLOBAL_DEFAULT, "calm", 1, 1.0)
+    # Both flows hold no seat once the list is done: the one served least recently goes first,
+    # not the earlier arrival.
+    assert d.release(wide, 2.0) == [calm, *flood[:3]]
+
+
+def test_a_wide_head_timing_out_lets_the_next_that_fits_in() -> None:
+    d = dispatcher(wait_limit=2.0)
+    held = [d.offer(f.GLOBAL_DEFAULT, "a", 1, 0.0) for _ in range(3)]
+    wide = d.offer(f.GLOBAL_DEFAULT, "b", 4, 1.0)
+    narrow = d.offer(f.GLOBAL_DEFAULT, "c", 1, 2.0)
+    assert (wide.state, narrow.state) == ("queued", "queued")
+    assert d.expire(3.0) == [wide, narrow]
+    assert (wide.reason, narrow.state, held[0].state) == (f.TIME_OUT, "admitted", "admitted")
+
+
 def test_a_watch_costs_one_seat_while_a_big_list_costs_ten() -> None:
     cms = BY_KIND["ConfigMap"]
 
@@ -214,5 +234,5 @@ def test_seats_in_use_never_exceed_the_limit_and_the_books_balance(
         assert all(len(fl.queue) <= 4 for fl in lv.flows.values())
         if lv.queued:  # work-conserving: a queue waits only when its head does not fit
             head = min((fl for fl in lv.flows.values() if fl.queue),
-                       key=lambda fl: (fl.in_use, fl.queue[0].seq)).queue[0]  # fmt: skip
+                       key=lambda fl: (fl.in_use, fl.served, fl.queue[0].seq)).queue[0]  # fmt: skip
             assert lv.in_use + head.seats > lv.limit
