@@ -89,3 +89,4 @@ bench: install
 	$(BIN)/python -m bench.controllers.endpointslice
 	$(BIN)/python -m bench.discovery.run
 	$(BIN)/python -m bench.fairness.run
+	$(BIN)/python -m bench.authz.run
