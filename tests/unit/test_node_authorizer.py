@@ -149,17 +149,6 @@ def test_a_node_lists_and_watches_only_its_pods(selector: str | None, refused: b
     assert selector_refusal(N1, "services", None) is None
 
 
-def test_a_selector_in_the_attributes_is_checked_too() -> None:
-    @dataclass(frozen=True)
-    class WithSelector(Attributes):
-        field_selector: str = ""
-
-    ok = WithSelector("list", "pods", field_selector="spec.nodeName=n1")
-    assert authorize(N1, ok, GRAPH).allowed
-    assert not authorize(N1, WithSelector("list", "pods", field_selector=""), GRAPH).allowed
-    assert not authorize(N1, WithSelector("watch", "pods", field_selector="x=y"), GRAPH).allowed
-
-
 def test_references_cover_env_env_from_volumes_projections_and_pull_secrets() -> None:
     pod = {
         "spec": {

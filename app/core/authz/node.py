@@ -148,10 +148,9 @@ def _namespace(node: str, a: Attributes, graph: NodeGraph) -> bool:
 
 def _pod(node: str, a: Attributes, graph: NodeGraph) -> bool:
     if a.verb in ("list", "watch"):
-        # The chain passes the request's field selector when it has one; a list or watch of
-        # pods by a node must name that node, so it can never see another node's pods.
-        selector = getattr(a, "field_selector", None)
-        return not a.name and not a.subresource and _selects_node(selector, node)
+        # Attributes carry no selector: the list handler refuses a node's pod list or watch
+        # that does not name its node (:func:`selector_refusal`), whoever allowed it.
+        return not a.name and not a.subresource
     if not a.name or graph.pod_node(a.namespace, a.name) != node:
         return False
     if a.subresource == "status":
@@ -159,12 +158,8 @@ def _pod(node: str, a: Attributes, graph: NodeGraph) -> bool:
     return not a.subresource and a.verb in _POD_OBJECT
 
 
-def _selects_node(selector: str | None, node: str) -> bool:
-    """Whether a field selector confines a list to ``node``'s pods. ``None`` is a chain that
-    does not pass selectors; the list handler then checks the request's itself (see
-    :func:`selector_refusal`)."""
-    if selector is None:
-        return True
+def _selects_node(selector: str, node: str) -> bool:
+    """Whether a field selector confines a list to ``node``'s pods."""
     terms = {t.strip().replace("==", "=") for t in selector.split(",") if t.strip()}
     return pods_selector(node) in terms
 
