@@ -5,15 +5,19 @@ starts. The ``plane`` fixture (in ``conftest.py``) builds one per test."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from app.devstack.supervise import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "ctl"
@@ -73,3 +77,28 @@ def start_worker(p: Plane, concurrency: int = 2) -> subprocess.Popen[bytes]:
         "-m", "celery", "-A", "workers.app", "worker", "--loglevel=WARNING",
         f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
     )  # fmt: skip
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The samples a process serves on ``/metrics`` (empty while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([^ #][^ ]*) (\S+)", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def start_dispatcher(p: Plane) -> subprocess.Popen[bytes]:
+    """The dispatcher, returned once it has listed everything and tails the stream: from then
+    on every change reaches it as a change. (Before that, a change is part of its first list,
+    where the kinds a tick covers, Nodes, are left to a tick these tests may not run.)"""
+    port = int(p.env.setdefault("QM_DISPATCH_METRICS_PORT", str(free_port())))
+    proc = p.start("-m", "workers.dispatch")
+    p.wait(lambda: scrape(port).get("qm_dispatch_relists_total", 0) >= 1, what="the dispatcher")
+    return proc

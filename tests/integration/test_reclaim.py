@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import redis
 import redis.asyncio as aioredis
-from plane import Plane, start_worker
+from plane import Plane, start_dispatcher, start_worker
 
 from app.core.controllers import reclaim as core
 from app.core.kinds import BY_KIND
@@ -168,8 +168,7 @@ def test_production_usage_rising_takes_back_what_batch_borrowed(
 
 def test_without_recent_samples_the_node_lends_nothing(plane: Plane) -> None:
     start_worker(plane)
-    plane.start("-m", "workers.dispatch")  # no beat: the node's change alone wakes it
-    time.sleep(1.0)
+    start_dispatcher(plane)  # no beat: the node's change alone wakes it
     add_node(plane, {"batchAllocatable": {"cpu": "6", "memory": "12Gi"}})
     add_pod(plane, "web", 2000, "3", NODE)
     add_pod(plane, "b-1", 1, "500m", NODE)
