@@ -1,35 +1,93 @@
 """Alembic environment: the only way Quaymaster's schema is created or changed.
 
-Reads ``DATABASE_URL`` (a plain ``postgresql://`` URL) and runs migrations online through
-psycopg 3, or emits SQL with ``alembic upgrade head --sql`` for DBAs who review before applying.
+Connects with ``QM_MIGRATION_DATABASE_URL`` (falling back to ``DATABASE_URL``; a plain
+``postgresql://`` URL), since migrations run as the schema's owner and directly, not through
+PgBouncer, while the application connects as ``qm_app``. Runs online through psycopg 3, or
+emits SQL with ``alembic upgrade head --sql`` for DBAs who review and lint before applying
+(``docs/upgrades.md``).
+
+Every migration runs in its own transaction, which starts with ``SET LOCAL lock_timeout`` and
+``statement_timeout`` (``migrations/online.py``; the offline SQL carries them too). Online, a
+migration that fails on a lock timeout (SQLSTATE 55P03) was rolled back whole, so it is tried
+again after a pause, up to ``QM_MIGRATION_LOCK_RETRIES`` times (default 5): a DDL statement
+that waits behind a long transaction gives way to the application's queries, then comes back.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import random
+import time
+from collections.abc import Callable
+from typing import Any
 
 from alembic import context
 from sqlalchemy import create_engine, pool
+from sqlalchemy.exc import DBAPIError
+
+from migrations import online
+
+URL_ENV = "QM_MIGRATION_DATABASE_URL"
+RETRIES_ENV = "QM_MIGRATION_LOCK_RETRIES"
+APPLICATION_NAME = "qm-migrate"
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def _url() -> str:
-    url = os.environ.get("DATABASE_URL") or context.config.get_main_option("sqlalchemy.url")
+    url = (
+        os.environ.get(URL_ENV)
+        or os.environ.get("DATABASE_URL")
+        or context.config.get_main_option("sqlalchemy.url")
+    )
     if not url:
-        raise SystemExit("DATABASE_URL is not set")
+        raise SystemExit(f"{URL_ENV} (or DATABASE_URL) is not set")
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
+def _with_timeouts(fn: Callable[..., Any], module: Any) -> Callable[..., Any]:
+    """``fn`` (a migration's upgrade or downgrade) preceded by its transaction's timeouts.
+
+    A migration may set module-level ``lock_timeout`` / ``statement_timeout`` strings to
+    override the defaults for itself.
+    """
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        online.set_timeouts(
+            getattr(module, "lock_timeout", None), getattr(module, "statement_timeout", None)
+        )
+        return fn(*args, **kwargs)
+
+    guarded.qm_guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _guard_every_migration() -> None:
+    for script in context.script.walk_revisions():
+        module = script.module
+        for name in ("upgrade", "downgrade"):
+            fn = getattr(module, name)
+            if not getattr(fn, "qm_guarded", False):
+                setattr(module, name, _with_timeouts(fn, module))
+
+
+def _lock_timed_out(exc: DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
 def run_offline() -> None:
-    context.configure(url=_url(), literal_binds=True, target_metadata=None)
+    context.configure(
+        url=_url(), literal_binds=True, target_metadata=None, transaction_per_migration=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 
 
-def run_online() -> None:
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+def _run_once(engine: Any) -> None:
     with engine.connect() as connection:
         context.configure(
             connection=connection, target_metadata=None, transaction_per_migration=True
@@ -38,6 +96,28 @@ def run_online() -> None:
             context.run_migrations()
 
 
+def run_online() -> None:
+    retries = int(os.environ.get(RETRIES_ENV) or 5)
+    engine = create_engine(
+        _url(), poolclass=pool.NullPool, connect_args={"application_name": APPLICATION_NAME}
+    )
+    for attempt in range(retries + 1):
+        try:
+            _run_once(engine)
+            return
+        except DBAPIError as exc:
+            if not _lock_timed_out(exc) or attempt == retries:
+                raise
+            pause = min(30.0, 2.0**attempt) * random.uniform(0.5, 1.0)
+            print(
+                f"migration gave up a lock after lock_timeout ({online.lock_timeout()});"
+                f" retrying in {pause:.1f}s ({attempt + 1}/{retries})",
+                flush=True,
+            )
+            time.sleep(pause)
+
+
+_guard_every_migration()
 if context.is_offline_mode():
     run_offline()
 else:

@@ -1,0 +1,242 @@
+"""Helpers that keep a migration safe to run while the previous release serves traffic.
+
+``migrations/env.py`` runs every migration in its own transaction and starts each one with
+:func:`set_timeouts`, so a DDL statement that would queue behind a long transaction gives up
+after ``lock_timeout`` instead of stalling every query that queues behind *it*, and a statement
+that rewrites more than expected stops at ``statement_timeout``. The same statements appear in
+the offline SQL (``alembic upgrade --sql``) a DBA reviews and lints with squawk.
+
+Migrations call:
+
+* :func:`create_index_concurrently` / :func:`drop_index_concurrently` for an index on a table
+  that already holds rows (an index on a table the same migration creates needs neither);
+* :func:`backfill` to fill a new column or table from existing rows in batches, each batch its
+  own transaction, so no row lock is held for longer than one batch;
+* :func:`serves` to say which code revisions the schema still serves (see 0016).
+
+Work done in an autocommit block is committed when the block starts (the migration's earlier
+statements too), so it must be idempotent: a migration retried after a lock timeout runs it
+again. The helpers are (``IF NOT EXISTS``, an invalid index left by a failed build is dropped
+first, a backfill only touches rows it has not filled yet).
+
+Frozen like ``kind_table``: migrations already applied import it; add, never change outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from alembic import op
+from sqlalchemy import text
+
+LOCK_TIMEOUT_ENV = "QM_MIGRATION_LOCK_TIMEOUT"
+STATEMENT_TIMEOUT_ENV = "QM_MIGRATION_STATEMENT_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = "2s"
+DEFAULT_STATEMENT_TIMEOUT = "5min"
+
+# PostgreSQL's duration syntax for these settings: a number and an optional unit.
+_DURATION = re.compile(r"^\d+\s*(us|ms|s|min|h|d)?$")
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+_REVISION = re.compile(r"^[0-9a-z_]+$")
+
+
+def _duration(value: str, setting: str) -> str:
+    value = value.strip()
+    if not _DURATION.match(value):
+        raise ValueError(f"{setting}: {value!r} is not a duration such as '2s' or '5min'")
+    return value
+
+
+def _ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"{name!r} is not a plain lower-case SQL identifier")
+    return name
+
+
+def _revision(rev: str) -> str:
+    if not _REVISION.match(rev):
+        raise ValueError(f"{rev!r} is not a revision id")
+    return rev
+
+
+def lock_timeout() -> str:
+    """How long one statement of a migration may wait for a lock (``QM_MIGRATION_LOCK_TIMEOUT``)."""
+    return _duration(os.environ.get(LOCK_TIMEOUT_ENV) or DEFAULT_LOCK_TIMEOUT, LOCK_TIMEOUT_ENV)
+
+
+def statement_timeout() -> str:
+    """How long one statement of a migration may run (``QM_MIGRATION_STATEMENT_TIMEOUT``)."""
+    value = os.environ.get(STATEMENT_TIMEOUT_ENV) or DEFAULT_STATEMENT_TIMEOUT
+    return _duration(value, STATEMENT_TIMEOUT_ENV)
+
+
+def set_timeouts(lock: str | None = None, statement: str | None = None) -> None:
+    """``SET LOCAL`` both timeouts for the rest of the current transaction."""
+    lock = _duration(lock or lock_timeout(), "lock_timeout")
+    statement = _duration(statement or statement_timeout(), "statement_timeout")
+    op.execute(f"SET LOCAL lock_timeout = '{lock}'")
+    op.execute(f"SET LOCAL statement_timeout = '{statement}'")
+
+
+def _in_autocommit(statements: list[str]) -> None:
+    """Run ``statements`` outside any transaction, then restore the migration's timeouts.
+
+    Session-level ``lock_timeout`` still bounds every lock wait (a concurrent build waits for
+    older transactions through locks); ``statement_timeout`` is lifted, since a build or a
+    batched backfill is long by design and blocks no one.
+    """
+    with op.get_context().autocommit_block():
+        op.execute(f"SET lock_timeout = '{lock_timeout()}'")
+        op.execute("SET statement_timeout = 0")
+        for statement in statements:
+            op.execute(statement)
+        op.execute(f"SET statement_timeout = '{statement_timeout()}'")
+    set_timeouts()
+
+
+def _invalid_index(name: str) -> bool:
+    """Whether a concurrent build of ``name`` failed earlier and left an invalid index."""
+    if op.get_context().as_sql:
+        return False
+    row = (
+        op.get_bind()
+        .execute(
+            text(
+                "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.oid = to_regclass(:name)"
+            ),
+            {"name": name},
+        )
+        .first()
+    )
+    return bool(row and row[0])
+
+
+def create_index_concurrently(
+    name: str,
+    table: str,
+    columns: str,
+    *,
+    unique: bool = False,
+    using: str | None = None,
+    where: str | None = None,
+) -> None:
+    """``CREATE INDEX CONCURRENTLY IF NOT EXISTS`` in its own autocommit block.
+
+    ``columns`` is the SQL between the parentheses (``"namespace, name"``, ``"(spec->'x')"``).
+    An invalid index of that name (a build that failed or timed out) is dropped first, since
+    ``IF NOT EXISTS`` would otherwise keep it. In the offline SQL that check cannot run: the
+    runbook says how to spot and drop an invalid index before re-running.
+    """
+    statements = []
+    if _invalid_index(name):
+        statements.append(f"DROP INDEX CONCURRENTLY IF EXISTS {_ident(name)}")
+    kind = "UNIQUE INDEX" if unique else "INDEX"
+    method = f" USING {_ident(using)}" if using else ""
+    predicate = f" WHERE {where}" if where else ""
+    statements.append(
+        f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {_ident(name)}"
+        f" ON {_ident(table)}{method} ({columns}){predicate}"
+    )
+    _in_autocommit(statements)
+
+
+def drop_index_concurrently(name: str) -> None:
+    """``DROP INDEX CONCURRENTLY IF EXISTS`` in its own autocommit block (for downgrades)."""
+    _in_autocommit([f"DROP INDEX CONCURRENTLY IF EXISTS {_ident(name)}"])
+
+
+def backfill(
+    table: str, assignments: str, pending: str, *, key: str = "ctid", batch: int = 1000
+) -> None:
+    """``UPDATE table SET assignments`` on every row matching ``pending``, ``batch`` rows at a time.
+
+    Each batch is its own transaction (a ``DO`` block that commits, run outside any
+    transaction), so row locks last one batch and autovacuum can follow. ``pending`` must stop
+    matching a row once it is filled (``new_col IS NULL``), which makes the loop end and a re-run
+    after a failure resume where it stopped. Batches skip rows another transaction holds and
+    come back for them. ``key`` picks rows to lock: ``ctid`` for any table, or a unique column.
+    """
+    if batch < 1:
+        raise ValueError("batch must be positive")
+    column = _ident(key) if key != "ctid" else "ctid"
+    _in_autocommit(
+        [
+            f"""DO $backfill$
+DECLARE
+  n bigint;
+BEGIN
+  LOOP
+    UPDATE {_ident(table)} SET {assignments}
+     WHERE {column} IN (SELECT {column} FROM {_ident(table)} WHERE {pending}
+                        LIMIT {int(batch)} FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    COMMIT;
+    EXIT WHEN n = 0 AND NOT EXISTS (SELECT 1 FROM {_ident(table)} WHERE {pending});
+    IF n = 0 THEN
+      PERFORM pg_sleep(0.05);
+    END IF;
+  END LOOP;
+END
+$backfill$"""
+        ]
+    )
+
+
+def insert_batched(target: str, columns: str, select: str, *, key: str, batch: int = 1000) -> None:
+    """``INSERT INTO target (columns)`` the rows of ``select`` in batches by ascending ``key``.
+
+    Each batch is its own transaction (as in :func:`backfill`) and takes the next ``batch``
+    rows past the last ``key`` copied. ``select`` yields ``columns`` by name, ``key`` among
+    them, and ``target`` has a ``key`` column of the same type. A re-run after a failure starts
+    again from the first key: give ``target`` a unique constraint the rows conflict on, or make
+    ``select`` skip the rows already copied.
+    """
+    if batch < 1:
+        raise ValueError("batch must be positive")
+    column = _ident(key)
+    _in_autocommit(
+        [
+            f"""DO $backfill$
+DECLARE
+  n bigint;
+  last {_ident(target)}.{column}%TYPE;
+BEGIN
+  LOOP
+    WITH b AS (
+      SELECT {columns} FROM ({select}) AS s
+       WHERE last IS NULL OR s.{column} > last
+       ORDER BY s.{column} LIMIT {int(batch)}
+    ), i AS (
+      INSERT INTO {_ident(target)} ({columns}) SELECT {columns} FROM b ON CONFLICT DO NOTHING
+    )
+    SELECT count(*), max(b.{column}) INTO n, last FROM b;
+    COMMIT;
+    EXIT WHEN n = 0;
+  END LOOP;
+END
+$backfill$"""
+        ]
+    )
+
+
+def serves(revision: str, oldest_code: str, note: str = "") -> None:
+    """Record that schema ``revision`` still serves code built for ``oldest_code`` onward.
+
+    An expand-only migration passes the previous release's revision; one that contracts
+    (drops or renames what older code uses) passes its own. Components refuse to start on a
+    schema they do not know unless it names a revision they do (``app.store.schema_revision``).
+    """
+    note_sql = note.replace("'", "''")
+    op.execute(
+        "INSERT INTO qm_schema_compat (schema_revision, oldest_code_revision, note)"
+        f" VALUES ('{_revision(revision)}', '{_revision(oldest_code)}', '{note_sql}')"
+        " ON CONFLICT (schema_revision) DO UPDATE"
+        " SET oldest_code_revision = EXCLUDED.oldest_code_revision, note = EXCLUDED.note"
+    )
+
+
+def unserve(revision: str) -> None:
+    """Remove ``revision``'s row (a downgrade of the migration that added it)."""
+    op.execute(f"DELETE FROM qm_schema_compat WHERE schema_revision = '{_revision(revision)}'")
