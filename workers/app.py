@@ -69,6 +69,15 @@ app.conf.update(
 
 
 @worker_init.connect
+def _check_schema(**_: object) -> None:
+    """Refuse to start on a schema this code does not know (SystemExit passes Celery's signal)."""
+    from app.store.db import database_url
+    from app.store.schema_revision import require_known_schema
+
+    require_known_schema(database_url(), "the Celery worker")
+
+
+@worker_init.connect
 def _serve_metrics(**_: object) -> None:
     """The main process serves every worker's counts (``workers.metrics``), if asked to."""
     from workers import metrics

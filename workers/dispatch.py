@@ -25,7 +25,8 @@ from app.core.controllers.garbage import FOREGROUND, key_name
 from app.core.errors import Gone
 from app.core.kinds import KINDS
 from app.process import configure_logging, run_until_stopped
-from app.store.db import stream_database_url
+from app.store.db import database_url, stream_database_url
+from app.store.schema_revision import require_known_schema
 from app.stream.informer import Change, LogInformer
 from workers import metrics
 from workers.controllers import CONTROLLERS, TICKED
@@ -186,6 +187,7 @@ def _count(enqueued: bool) -> None:
 
 def main() -> None:
     configure_logging()
+    require_known_schema(database_url(), "the dispatcher")
     run_until_stopped(_serve_and_run, grace=0)  # blocked on the stream, with nothing to put away
 
 

@@ -25,6 +25,7 @@ import asyncpg
 from app.process import Wait, configure_logging, run_until_stopped, wait_or_stop
 from app.store.db import create_pool, database_url
 from app.store.lease import LeaderLease
+from app.store.schema_revision import require_known_schema
 from app.store.store import Store
 from workers import metrics
 from workers.loops import Context, Loop
@@ -124,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     configure_logging()
+    require_known_schema(database_url(), "the controller manager")
 
     async def go(stop: asyncio.Event) -> None:
         pool = await create_pool(database_url(), min_size=1, max_size=4)

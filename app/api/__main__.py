@@ -12,6 +12,8 @@ import os
 import uvicorn
 
 from app.process import configure_logging
+from app.store.db import database_url
+from app.store.schema_revision import require_known_schema
 
 
 def main() -> None:
@@ -25,6 +27,7 @@ def main() -> None:
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         parser.error("--tls-cert-file and --tls-key-file go together")
     configure_logging(args.log_level)  # uvicorn turns SIGTERM and SIGINT into its shutdown
+    require_known_schema(database_url(), "the API server")
     uvicorn.run(
         "app.api.app:create_app",
         factory=True,

@@ -16,6 +16,7 @@ from app.core.scheduling.engine import SCHEDULER_NAMES, Config
 from app.process import configure_logging, die_with_parent_if_asked, run_until_stopped
 from app.scheduler.service import SchedulerService, Settings
 from app.store.db import database_url, stream_database_url
+from app.store.schema_revision import require_known_schema
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     args = parse_args(argv)
     configure_logging(args.log_level)
+    require_known_schema(database_url(), "the scheduler")
     settings = Settings(
         database_url=database_url(),
         stream_url=stream_database_url(),
