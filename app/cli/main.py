@@ -27,6 +27,8 @@ from .bootstrap import add_parsers as add_bootstrap_parsers
 from .client import CLIENT_VERSION, ApiClient
 from .config import ConfigError, load_config, tls_hint
 from .context import Context, UsageError, resolve_one_kind
+from .db import add_parsers as add_db_parsers
+from .db import run as run_db
 from .get import run_get
 from .logs import COMMANDS as LOG_COMMANDS
 from .logs import add_parsers as add_log_parsers
@@ -107,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_secret_parsers(sub, common)
     add_token_parsers(sub, common)
     add_auth_parsers(sub, common)
+    add_db_parsers(sub, common)
     return parser
 
 
@@ -199,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "db":  # talks to the database, not the API
+        return run_db(args)
     try:
         config = load_config(
             getattr(args, "server", None),

@@ -1,0 +1,458 @@
+"""Every table, column, index and generated column of Quaymaster's database, as they are after
+``alembic upgrade head``: the schema described once, in SQLAlchemy Core.
+
+The migrations still create and change the schema (they must replay history exactly); this
+module says what the result is. ``qm db check`` and the migration suite compare a database
+with it (``drift.py``), the store's SQL is checked against it, and a developer whose migration
+changes the schema renders the new declarations with ``python -m app.store.schema_render`` on
+a database at head and commits them with the migration. Functions, triggers, views, policies
+and index definitions, which SQLAlchemy does not model, are in ``schema_objects.py``.
+
+Defaults and generated expressions are written as PostgreSQL prints them back, so the
+comparison is exact.
+"""
+
+# ruff: noqa: E501 (comments and expressions as the database prints them)
+from __future__ import annotations
+
+from sqlalchemy import (
+    ForeignKeyConstraint,
+    Index,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    UniqueConstraint,
+    text,
+)
+
+from .schema_types import col, kind_table
+
+# The schemas the code owns: drift in any other is none of its business.
+SCHEMAS = ("public",)
+
+metadata = MetaData()
+
+admissionpolicies = kind_table(
+    metadata,
+    "admissionpolicies",
+)
+
+clusterrolebindings = kind_table(
+    metadata,
+    "clusterrolebindings",
+)
+
+clusterroles = kind_table(
+    metadata,
+    "clusterroles",
+)
+
+configmaps = kind_table(
+    metadata,
+    "configmaps",
+)
+
+cronjobs = kind_table(
+    metadata,
+    "cronjobs",
+)
+
+deployments = kind_table(
+    metadata,
+    "deployments",
+)
+
+endpointslices = kind_table(
+    metadata,
+    "endpointslices",
+    col("service_name", "text", generated="(labels ->> 'kubernetes.io/service-name'::text)"),
+    Index("endpointslices_service_name", "service_name"),
+    fillfactor=80,
+)
+
+events = kind_table(
+    metadata,
+    "events",
+    col("involved_kind", "text", generated="((spec -> 'involvedObject'::text) ->> 'kind'::text)"),
+    col("involved_name", "text", generated="((spec -> 'involvedObject'::text) ->> 'name'::text)"),
+    col("involved_uid", "text", generated="((spec -> 'involvedObject'::text) ->> 'uid'::text)"),
+    col("reason", "text", generated="(spec ->> 'reason'::text)"),
+    col("event_type", "text", generated="(spec ->> 'type'::text)"),
+    Index("events_involved_name", "involved_name"),
+    Index("events_involved_uid", "involved_uid"),
+    fillfactor=85,
+)
+
+jobs = kind_table(
+    metadata,
+    "jobs",
+)
+
+leases = kind_table(
+    metadata,
+    "leases",
+    col("holder_identity", "text", generated="(spec ->> 'holderIdentity'::text)"),
+    fillfactor=70,
+)
+
+namespaces = kind_table(
+    metadata,
+    "namespaces",
+    col("phase", "text", generated="(status ->> 'phase'::text)"),
+)
+
+nodes = kind_table(
+    metadata,
+    "nodes",
+    col("zone", "text", generated="(labels ->> 'topology.kubernetes.io/zone'::text)"),
+    col("machine_class", "text", generated="(labels ->> 'quaymaster.io/machine-class'::text)"),
+    col(
+        "unschedulable",
+        "boolean",
+        generated="COALESCE(((spec -> 'unschedulable'::text) = 'true'::jsonb), false)",
+    ),
+    col("ready", "boolean", generated="qm_condition_true(status, 'Ready'::text)"),
+    col(
+        "alloc_cpu_milli",
+        "bigint",
+        generated="qm_cpu_milli(((status -> 'allocatable'::text) ->> 'cpu'::text))",
+    ),
+    col(
+        "alloc_memory_bytes",
+        "bigint",
+        generated="qm_bytes(((status -> 'allocatable'::text) ->> 'memory'::text))",
+    ),
+    col(
+        "alloc_gpu",
+        "bigint",
+        generated="qm_bytes(((status -> 'allocatable'::text) ->> 'nvidia.com/gpu'::text))",
+    ),
+    col(
+        "batch_cpu_milli",
+        "bigint",
+        generated="qm_cpu_milli(((status -> 'batchAllocatable'::text) ->> 'cpu'::text))",
+        comment="status.batchAllocatable.cpu in millicores: the ceiling on the summed cpu requests of all pods on the node when the pod being placed is a batch pod; NULL means equal to alloc_cpu_milli",
+    ),
+    col(
+        "batch_memory_bytes",
+        "bigint",
+        generated="qm_bytes(((status -> 'batchAllocatable'::text) ->> 'memory'::text))",
+        comment="status.batchAllocatable.memory in bytes: the ceiling on the summed memory requests of all pods on the node when the pod being placed is a batch pod; NULL means equal to alloc_memory_bytes",
+    ),
+    col(
+        "alloc_pods",
+        "integer",
+        generated="qm_count(((status -> 'allocatable'::text) ->> 'pods'::text))",
+        comment="status.allocatable.pods: how many pods may hold room on the node; NULL means no limit",
+    ),
+    Index("nodes_machine_class", "machine_class"),
+    Index("nodes_ready", "ready"),
+    Index("nodes_zone", "zone"),
+    fillfactor=75,
+)
+
+nodes_allocated = Table(
+    "nodes_allocated",
+    metadata,
+    col("node_uid", "uuid", null=False),
+    col("cpu_milli", "bigint", null=False, default="0"),
+    col("memory_bytes", "bigint", null=False, default="0"),
+    col("gpu", "bigint", null=False, default="0"),
+    col("pods", "integer", null=False, default="0"),
+    PrimaryKeyConstraint("node_uid", name="nodes_allocated_pkey"),
+    ForeignKeyConstraint(
+        ["node_uid"], ["nodes.uid"], name="nodes_allocated_node_uid_fkey", ondelete="CASCADE"
+    ),
+    postgresql_with={"fillfactor": "50"},
+    comment="Summed requests (cpu_milli, memory_bytes, gpu) and count (pods) of the pods holding room on each node: spec.nodeName set and phase neither Succeeded nor Failed. Kept by the triggers pods_allocation_* and nodes_allocation_insert; the scheduler locks a row to bind onto its node. Do not edit by hand; SELECT qm_recount_allocations() rebuilds it from pods.",
+)
+
+poddisruptionbudgets = kind_table(
+    metadata,
+    "poddisruptionbudgets",
+)
+
+pods = kind_table(
+    metadata,
+    "pods",
+    col("node_name", "text", generated="(spec ->> 'nodeName'::text)"),
+    col("phase", "text", generated="(status ->> 'phase'::text)"),
+    col("priority", "integer", generated="qm_int((spec ->> 'priority'::text))"),
+    col("scheduler_name", "text", generated="(spec ->> 'schedulerName'::text)"),
+    col("ready", "boolean", generated="qm_condition_true(status, 'Ready'::text)"),
+    col("req_cpu_milli", "bigint", null=False, default="0"),
+    col("req_memory_bytes", "bigint", null=False, default="0"),
+    col("req_gpu", "bigint", null=False, default="0"),
+    col(
+        "bound_at",
+        "timestamptz",
+        comment="When spec.nodeName was first set (the bind), by the database clock; with creation_timestamp it gives created-to-bound latency",
+    ),
+    col(
+        "quota_cpu_milli",
+        "bigint",
+        null=False,
+        default="0",
+        comment="Effective cpu request in millicores (init containers by max) charged to quotas",
+    ),
+    col(
+        "quota_memory_bytes",
+        "bigint",
+        null=False,
+        default="0",
+        comment="Effective memory request in bytes charged to quotas",
+    ),
+    col(
+        "quota_gpu",
+        "bigint",
+        null=False,
+        default="0",
+        comment="Effective nvidia.com/gpu request charged to quotas",
+    ),
+    col(
+        "quota_limit_cpu_milli",
+        "bigint",
+        null=False,
+        default="0",
+        comment="Effective cpu limit in millicores charged to limits.cpu quotas",
+    ),
+    col(
+        "quota_limit_memory_bytes",
+        "bigint",
+        null=False,
+        default="0",
+        comment="Effective memory limit in bytes charged to limits.memory quotas",
+    ),
+    col(
+        "quota_best_effort",
+        "boolean",
+        null=False,
+        default="true",
+        comment="No container asks for or limits cpu or memory: the BestEffort quota scope",
+    ),
+    col(
+        "quota_priority_class",
+        "text",
+        null=False,
+        default="''::text",
+        comment="spec.priorityClassName, for the PriorityClass quota scope",
+    ),
+    col(
+        "quota_terminating",
+        "boolean",
+        null=False,
+        default="false",
+        comment="spec.activeDeadlineSeconds is set: the Terminating quota scope",
+    ),
+    col(
+        "quota_cross_namespace",
+        "boolean",
+        null=False,
+        default="false",
+        comment="A pod (anti-)affinity term names other namespaces: the CrossNamespacePodAffinity scope",
+    ),
+    Index("pods_node_name", "node_name"),
+    Index("pods_phase", "phase"),
+    Index("pods_priority", "priority"),
+    Index(
+        "pods_unbound",
+        text("priority DESC"),
+        "creation_timestamp",
+        postgresql_where=text("(node_name IS NULL)"),
+    ),
+    fillfactor=75,
+)
+
+priorityclasses = kind_table(
+    metadata,
+    "priorityclasses",
+)
+
+qm_api_servers = Table(
+    "qm_api_servers",
+    metadata,
+    col("id", "text", null=False),
+    col("started_at", "timestamptz", null=False, default="now()"),
+    col("renewed_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("id", name="qm_api_servers_pkey"),
+)
+
+qm_audit = Table(
+    "qm_audit",
+    metadata,
+    col("id", "bigint", null=False, serial=True),
+    col("at", "timestamptz", null=False, default="clock_timestamp()"),
+    col("username", "text", null=False),
+    col("verb", "text", null=False),
+    col("kind", "text", null=False),
+    col("namespace", "text", null=False),
+    col("name", "text", null=False),
+    col("uid", "uuid"),
+    col("subresource", "text", null=False, default="''::text"),
+    col("before", "jsonb"),
+    col("after", "jsonb"),
+    col("groups", "text[]", null=False, default="'{}'::text[]"),
+    PrimaryKeyConstraint("id", name="qm_audit_pkey"),
+    Index("qm_audit_at", "at", postgresql_using="brin"),
+    Index("qm_audit_object", "kind", "namespace", "name", "at"),
+)
+
+qm_bootstrap_tokens = Table(
+    "qm_bootstrap_tokens",
+    metadata,
+    col("token_id", "text", null=False),
+    col("secret_sha256", "text", null=False),
+    col("node_name", "text"),
+    col("uses_left", "integer", null=False, default="1"),
+    col("description", "text", null=False, default="''::text"),
+    col("created_by", "text", null=False, default="''::text"),
+    col("created_at", "timestamptz", null=False, default="now()"),
+    col("expires_at", "timestamptz", null=False),
+    col("last_used_at", "timestamptz"),
+    PrimaryKeyConstraint("token_id", name="qm_bootstrap_tokens_pkey"),
+    comment="One-time tokens node agents join with; only the secret's SHA-256 is kept",
+)
+
+qm_node_credentials = Table(
+    "qm_node_credentials",
+    metadata,
+    col("id", "bigint", null=False, serial=True),
+    col("node_name", "text", null=False),
+    col("token_sha256", "text", null=False),
+    col("bootstrap_token_id", "text", null=False),
+    col("created_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("id", name="qm_node_credentials_pkey"),
+    UniqueConstraint("token_sha256", name="qm_node_credentials_token_sha256_key"),
+    Index("qm_node_credentials_node", "node_name"),
+    comment="Which node credential (a qm_tokens row) each join minted, with which bootstrap token",
+)
+
+qm_revision_log = Table(
+    "qm_revision_log",
+    metadata,
+    col("revision", "bigint", null=False),
+    col("kind", "text", null=False),
+    col("uid", "uuid", null=False),
+    col("namespace", "text", null=False),
+    col("name", "text", null=False),
+    col("row_version", "bigint", null=False),
+    col("op", '"char"', null=False),
+    col("object", "json", null=False),
+    col("commit_lsn", "pg_lsn", null=False),
+    col("committed_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("revision", name="qm_revision_log_pkey"),
+    Index("qm_revision_log_uid", "uid", text("revision DESC")),
+)
+
+qm_stream_state = Table(
+    "qm_stream_state",
+    metadata,
+    col("id", "integer", null=False),
+    col("last_revision", "bigint", null=False, default="0"),
+    col("last_commit_lsn", "pg_lsn", null=False, default="'0/0'::pg_lsn"),
+    col("compacted_revision", "bigint", null=False, default="0"),
+    col("updated_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("id", name="qm_stream_state_pkey"),
+)
+
+qm_tokens = Table(
+    "qm_tokens",
+    metadata,
+    col("id", "bigint", null=False, serial=True),
+    col("username", "text", null=False),
+    col("groups", "text[]", null=False, default="'{}'::text[]"),
+    col("token_sha256", "text", null=False),
+    col("description", "text", null=False, default="''::text"),
+    col("created_at", "timestamptz", null=False, default="now()"),
+    col("expires_at", "timestamptz"),
+    col("revoked_at", "timestamptz"),
+    col("created_by", "text", null=False, default="''::text"),
+    col("sa_namespace", "text"),
+    col("sa_name", "text"),
+    col("sa_uid", "uuid"),
+    col("uid", "uuid", null=False, default="gen_random_uuid()"),
+    col("namespace", "text", null=False, default="''::text"),
+    col("name", "text", null=False, default="''::text"),
+    col("generate_name", "text"),
+    col("labels", "jsonb", null=False, default="'{}'::jsonb"),
+    col("annotations", "jsonb", null=False, default="'{}'::jsonb"),
+    col("owner_references", "jsonb", null=False, default="'[]'::jsonb"),
+    col("finalizers", "jsonb", null=False, default="'[]'::jsonb"),
+    col("creation_timestamp", "timestamptz", null=False, default="now()"),
+    col("deletion_timestamp", "timestamptz"),
+    col("deletion_grace_period_seconds", "integer"),
+    col("generation", "bigint", null=False, default="1"),
+    col("row_version", "bigint", null=False, default="0"),
+    col("spec", "jsonb", null=False, default="'{}'::jsonb"),
+    col("status", "jsonb", null=False, default="'{}'::jsonb"),
+    PrimaryKeyConstraint("id", name="qm_tokens_pkey"),
+    UniqueConstraint("namespace", "name", name="qm_tokens_namespace_name"),
+    UniqueConstraint("token_sha256", name="qm_tokens_token_sha256_key"),
+    ForeignKeyConstraint(
+        ["sa_uid"], ["serviceaccounts.uid"], name="qm_tokens_sa_uid_fkey", ondelete="SET NULL"
+    ),
+    Index("qm_tokens_sa_uid", "sa_uid", postgresql_where=text("(sa_uid IS NOT NULL)")),
+    Index("qm_tokens_uid", "uid", unique=True),
+    Index("qm_tokens_username", "username"),
+)
+
+replicasets = kind_table(
+    metadata,
+    "replicasets",
+)
+
+resourcequotas = kind_table(
+    metadata,
+    "resourcequotas",
+)
+
+rolebindings = kind_table(
+    metadata,
+    "rolebindings",
+)
+
+roles = kind_table(
+    metadata,
+    "roles",
+)
+
+secrets = kind_table(
+    metadata,
+    "secrets",
+    col("secret_type", "text", generated="(spec ->> 'type'::text)"),
+)
+
+service_ip_range = Table(
+    "service_ip_range",
+    metadata,
+    col("id", "integer", null=False, default="1"),
+    col("cidr", "cidr", null=False),
+    col("quarantine", "interval", null=False, default="'00:05:00'::interval"),
+    col("updated_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("id", name="service_ip_range_pkey"),
+    comment="The range Service virtual IPs come from, and how long a released one stays out of use",
+)
+
+service_ips = Table(
+    "service_ips",
+    metadata,
+    col("ip", "inet", null=False),
+    col("service_uid", "uuid"),
+    col("namespace", "text", null=False),
+    col("name", "text", null=False),
+    col("allocated_at", "timestamptz", null=False, default="now()"),
+    col("released_at", "timestamptz"),
+    PrimaryKeyConstraint("ip", name="service_ips_pkey"),
+    UniqueConstraint("service_uid", name="service_ips_service_uid_key"),
+    comment="Service virtual IPs: held by service_uid, or in quarantine since released_at",
+)
+
+serviceaccounts = kind_table(
+    metadata,
+    "serviceaccounts",
+)
+
+services = kind_table(
+    metadata,
+    "services",
+)
