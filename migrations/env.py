@@ -98,8 +98,15 @@ def _run_once(engine: Any) -> None:
 
 def run_online() -> None:
     retries = int(os.environ.get(RETRIES_ENV) or 5)
+    # The session's own timeouts cover what Alembic runs outside a migration's transaction
+    # (reading alembic_version first) and the autocommit blocks.
+    options = (
+        f"-c lock_timeout={online.lock_timeout()} -c statement_timeout={online.statement_timeout()}"
+    )
     engine = create_engine(
-        _url(), poolclass=pool.NullPool, connect_args={"application_name": APPLICATION_NAME}
+        _url(),
+        poolclass=pool.NullPool,
+        connect_args={"application_name": APPLICATION_NAME, "options": options},
     )
     for attempt in range(retries + 1):
         try:

@@ -36,7 +36,7 @@ DEFAULT_LOCK_TIMEOUT = "2s"
 DEFAULT_STATEMENT_TIMEOUT = "5min"
 
 # PostgreSQL's duration syntax for these settings: a number and an optional unit.
-_DURATION = re.compile(r"^\d+\s*(us|ms|s|min|h|d)?$")
+_DURATION = re.compile(r"^\d+(us|ms|s|min|h|d)?$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 _REVISION = re.compile(r"^[0-9a-z_]+$")
 

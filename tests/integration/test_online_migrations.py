@@ -1,0 +1,157 @@
+"""The online-safety helpers of ``migrations/online.py`` and ``migrations/env.py``'s retry."""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy import create_engine, pool
+
+from app.devstack.postgres import create_database
+from migrations import online
+from tests.conftest import REPO_ROOT
+
+
+def _engine(url: str):
+    return create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://", 1), poolclass=pool.NullPool
+    )
+
+
+def _run(url: str, step) -> None:
+    """Run ``step`` as the body of one migration (its own transaction), online."""
+    with _engine(url).connect() as connection:
+        ctx = MigrationContext.configure(connection, opts={"transaction_per_migration": True})
+        with Operations.context(ctx), ctx.begin_transaction(_per_migration=True):
+            online.set_timeouts()
+            step()
+
+
+def _offline(step) -> str:
+    buf = io.StringIO()
+    ctx = MigrationContext.configure(
+        dialect_name="postgresql",
+        opts={"as_sql": True, "output_buffer": buf, "transaction_per_migration": True},
+    )
+    with Operations.context(ctx), ctx.begin_transaction(_per_migration=True):
+        online.set_timeouts()
+        step()
+    return buf.getvalue()
+
+
+@pytest.fixture
+def table(pg_url):
+    name = f"online_{secrets.token_hex(3)}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v int, w int)")
+        conn.execute(f"INSERT INTO {name} SELECT g, g, NULL FROM generate_series(1, 2500) g")
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {name}")
+
+
+def _index_valid(url: str, name: str) -> bool | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (name,)
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+def test_offline_sql_builds_the_index_outside_the_transaction():
+    sql = _offline(lambda: online.create_index_concurrently("t_v", "t", "v", where="v > 0"))
+    begin = sql.index("SET LOCAL lock_timeout = '2s'")
+    commit = sql.index("COMMIT;", begin)
+    create = sql.index("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v) WHERE v > 0;")
+    assert begin < commit < sql.index("SET lock_timeout = '2s'") < create
+    assert sql.index("BEGIN;", create) < sql.rindex("SET LOCAL statement_timeout = '5min'")
+
+
+def test_concurrent_index_replaces_an_invalid_one(pg_url, table):
+    index = f"{table}_v"
+    _run(pg_url, lambda: online.create_index_concurrently(index, table, "v"))
+    assert _index_valid(pg_url, index) is True
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # what a failed build leaves
+        conn.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)", (index,)
+        )
+    _run(pg_url, lambda: online.create_index_concurrently(index, table, "v"))
+    assert _index_valid(pg_url, index) is True
+    _run(pg_url, lambda: online.drop_index_concurrently(index))
+    assert _index_valid(pg_url, index) is None
+
+
+def test_backfill_fills_every_row_and_waits_out_a_locked_one(pg_url, table):
+    holder = psycopg.connect(pg_url)
+    holder.execute(f"SELECT 1 FROM {table} WHERE id = 7 FOR UPDATE")
+    release = threading.Timer(1.0, holder.commit)
+    release.start()
+    started = time.monotonic()
+    _run(pg_url, lambda: online.backfill(table, "w = v * 2", "w IS NULL", key="id", batch=300))
+    release.join()
+    holder.close()
+    assert time.monotonic() - started >= 0.9  # it came back for the locked row
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table} WHERE w = v * 2").fetchone() == (2500,)
+
+
+def test_insert_batched_copies_every_row_once(pg_url, table):
+    target = f"{table}_copy"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {target} (id int PRIMARY KEY, v int)")
+    try:
+        copy = lambda: online.insert_batched(  # noqa: E731
+            target, "id, v", f"SELECT id, v FROM {table}", key="id", batch=700
+        )
+        _run(pg_url, copy)
+        _run(pg_url, copy)  # a re-run adds nothing
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute(f"SELECT count(*), sum(v) FROM {target}").fetchone() == (
+                2500,
+                2500 * 2501 // 2,
+            )
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {target}")
+
+
+def _alembic(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=REPO_ROOT,
+        env={
+            **os.environ,
+            "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+            "QM_MIGRATION_DATABASE_URL": url,
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_migration_that_times_out_on_a_lock_is_retried(pg_server_url):
+    url = create_database(pg_server_url, f"qm_retry_{secrets.token_hex(4)}")
+    assert _alembic(url, "upgrade", "0015").returncode == 0
+    holder = psycopg.connect(url)
+    holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")
+    release = threading.Timer(1.5, holder.commit)
+    release.start()
+    result = _alembic(url, "upgrade", "head", QM_MIGRATION_LOCK_TIMEOUT="300ms")
+    release.join()
+    holder.close()
+    assert result.returncode == 0, result.stderr
+    assert "gave up a lock after lock_timeout (300ms); retrying" in result.stdout
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0016",)
