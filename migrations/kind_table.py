@@ -62,3 +62,38 @@ CREATE TRIGGER {table}_stamp BEFORE INSERT OR UPDATE ON {table}
         ddl += f"ALTER PUBLICATION qm_stream ADD TABLE {table};\n"
         ddl += f"GRANT SELECT ON {table} TO qm_reporting;\n"
     return ddl
+
+
+def history_triggers(
+    table: str,
+    kind: str,
+    *,
+    key: str = "uid",
+    rule: str = "none",
+    dropped: Sequence[str] = (),
+) -> str:
+    """The change-history triggers of a state table (migration 0014 onwards, ADR 0052).
+
+    A migration that adds a kind (or another table an operator would audit) appends this to
+    its DDL. ``kind`` is the API kind ('' for an internal table), ``key`` the column that
+    identifies a row across an update, ``rule`` the summarising rule (``none``, ``status``,
+    ``lease``, ``heartbeat``, ``all``; see ``qm_history_churn``), ``dropped`` the columns the
+    history never copies (digests of credentials). ``ENABLE ALWAYS``, so that
+    ``session_replication_role = replica`` does not silence them.
+    """
+    args = f"'{key}', '{kind}', '{rule}', '{{{','.join(dropped)}}}'"
+    fn = f"EXECUTE FUNCTION qm_history_record({args})"
+    return f"""
+CREATE TRIGGER {table}_history_ins AFTER INSERT ON {table}
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT {fn};
+CREATE TRIGGER {table}_history_upd AFTER UPDATE ON {table}
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT {fn};
+CREATE TRIGGER {table}_history_del AFTER DELETE ON {table}
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT {fn};
+CREATE TRIGGER {table}_history_truncate BEFORE TRUNCATE ON {table}
+  FOR EACH STATEMENT {fn};
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_ins;
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_upd;
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_del;
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_truncate;
+"""
