@@ -28,6 +28,7 @@ from app.store.lease import LeaderLease
 from app.store.schema_revision import require_known_schema
 from app.store.store import Store
 from workers import metrics
+from workers.context import reconciling
 from workers.loops import Context, Loop
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class Manager:
             if leading:
                 started = self.ctx.monotonic()
                 try:
-                    await loop.tick(self.ctx)
+                    with reconciling():  # one request id per pass, in the history
+                        await loop.tick(self.ctx)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     metrics.TICK_ERRORS.labels(loop.name).inc()
                     log.warning("loop %s: %s; retrying", loop.name, exc)

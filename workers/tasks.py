@@ -14,6 +14,7 @@ from celery import Task
 
 from app.core.controllers.plan import Outcome
 from workers.app import RECLAIM_CHUNK, app, queue_for, reconcile_queue
+from workers.context import reconciling
 from workers.controllers import CONTROLLERS, RESYNCED, list_keys, reclaim
 from workers.outcome import failure_of, settle
 from workers.runtime import key_text, runtime
@@ -41,7 +42,8 @@ def reconcile(self: Task, kind: str, namespace: str, name: str) -> None:
         return
     started = time.monotonic()
     try:
-        outcome = rt.run(controller(rt, namespace, name, time.time()))
+        with reconciling(self.request.id):  # the task's id: its writes' request id
+            outcome = rt.run(controller(rt, namespace, name, time.time()))
     except Exception as exc:
         failure = failure_of(exc)
         if failure is None:  # a bug: counted, then Celery logs it with its traceback
@@ -93,11 +95,12 @@ def reclaim_sweep() -> int:
     return queued
 
 
-@app.task(name="workers.tasks.reclaim_nodes")
-def reclaim_nodes(chunk: int, names: list[str]) -> int:
+@app.task(bind=True, name="workers.tasks.reclaim_nodes")
+def reclaim_nodes(self: Task, chunk: int, names: list[str]) -> int:
     rt = runtime()
     rt.clear_pending(f"ReclaimChunk/{chunk}")
-    again = rt.run(reclaim.reconcile_nodes(rt, names, time.time()))
+    with reconciling(self.request.id):
+        again = rt.run(reclaim.reconcile_nodes(rt, names, time.time()))
     for name, after in again.items():
         _again("Node", "", name, after)
     log.info("reclaim tick: %d node(s), %d to look at again", len(names), len(again))

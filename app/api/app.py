@@ -24,6 +24,7 @@ from app.api.logs import HANDLERS as LOG_HANDLERS
 from app.api.nodeauth import HANDLERS as NODE_AUTH_HANDLERS
 from app.api.nodeauth import credential_lifespan
 from app.api.openapi import HANDLERS as OPENAPI_HANDLERS
+from app.api.request_context import RequestContext
 from app.api.responses import error_response
 from app.api.reviews import HANDLERS as REVIEW_HANDLERS
 from app.api.routes import all_handlers
@@ -129,12 +130,13 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     return error_response(errors.StatusError(f"internal error: {type(exc).__name__}"))
 
 
-def create_app() -> WarningHeaders:
+def create_app() -> RequestContext:
     """The Litestar app, behind the fast path for object ``PUT``s (:mod:`app.api.fastpath`),
     behind flow control's view of each request (:mod:`app.api.fairness`), behind the
-    ``Warning`` headers every response may carry (:mod:`app.api.warning_headers`)."""
+    ``Warning`` headers every response may carry (:mod:`app.api.warning_headers`), behind
+    each request's write context (:mod:`app.api.request_context`)."""
     litestar = create_litestar()
-    return WarningHeaders(FairShare(FastWrites(litestar), litestar))
+    return RequestContext(WarningHeaders(FairShare(FastWrites(litestar), litestar)))
 
 
 def create_litestar() -> Litestar:

@@ -18,6 +18,7 @@ from litestar import Request, Response, post
 from litestar.handlers import HTTPRouteHandler
 
 from app.api import authz
+from app.api.request_context import write_context
 from app.api.responses import json_response
 from app.api.routes import PREFIX, guarded
 from app.api.service import MERGE, Objects, decode_body
@@ -190,7 +191,7 @@ async def run_eviction(
         propagation=policy,
         expected_uid=pre.get("uid") or None,
         expected_row_version=expected_row,
-        actor=user.actor,
+        ctx=write_context(user, verb="create", subresource="eviction"),
         dry_run=bool(opts.get("dryRun")),
     )
     if outcome.result == "blocked":
@@ -213,6 +214,8 @@ async def run_drain(objects: Objects, node: str, user: User) -> dict[str, Any]:
     evicted: list[dict[str, str]] = []
     blocked: list[dict[str, Any]] = []
     now = datetime.now(UTC)
+    ctx = write_context(user, verb="create", subresource="eviction")
+    ctx = ctx.using(reason=ctx.reason or f"draining node {node}")
     for p in await pods_on_node(objects.store, node):
         if p.terminating:
             continue
@@ -220,7 +223,7 @@ async def run_drain(objects: Objects, node: str, user: User) -> dict[str, Any]:
         try:
             outcome = await evict(
                 objects.store, p.namespace, p.name, now=now, expected_uid=p.uid,
-                actor=user.actor, note=f"Evicted while draining node {node}",
+                ctx=ctx, note=f"Evicted while draining node {node}",
             )  # fmt: skip
         except (errors.NotFound, errors.Conflict):
             continue  # gone or replaced since the listing: the next pass sees what is there

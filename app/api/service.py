@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from app.api.policy import police
+from app.api.request_context import write_context
 from app.core import errors
 from app.core.admission import admit
 from app.core.fields import parse_field_selector
@@ -207,7 +208,7 @@ class Objects:
             guard(kind, admitted, user)
         if dry_run:  # admitted and answered, never stored (dryRun=All)
             return _dry_run(kind, self._unused_name(kind, admitted), None)
-        stored = await self.store.create(kind, admitted, actor=user.actor)
+        stored = await self.store.create(kind, admitted, ctx=write_context(user))
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
     async def replace(
@@ -289,7 +290,7 @@ class Objects:
             if dry_run:
                 return _dry_run(kind, merged, current)
             stored = await self.store.update_status(
-                kind, merged, current.row_version, actor=user.actor, verb=verb
+                kind, merged, current.row_version, ctx=write_context(user, verb=verb)
             )
         else:
             if kind.has_status:
@@ -306,7 +307,7 @@ class Objects:
             if dry_run:
                 return _dry_run(kind, admitted, current)
             stored = await self.store.update(
-                kind, admitted, current.row_version, actor=user.actor, verb=verb
+                kind, admitted, current.row_version, ctx=write_context(user, verb=verb)
             )
         return await self.cache.wait_for(stored.uid, stored.row_version)
 
@@ -348,7 +349,7 @@ class Objects:
             grace_seconds=grace,
             expected=expected,
             expected_uid=pre.get("uid"),
-            actor=user.actor,
+            ctx=write_context(user),
         )
         if stored is None:
             await self.cache.wait_deleted(current.uid)

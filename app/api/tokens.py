@@ -23,6 +23,7 @@ from typing import Any
 
 from litestar import Request, Response, delete, get, post
 
+from app.api.request_context import write_context
 from app.api.responses import json_response
 from app.api.routes import PREFIX, guarded
 from app.api.service import decode_body
@@ -110,8 +111,9 @@ async def _create(request: Request[Any, Any, Any], user: User, body: Any) -> Res
         ns, name = req.service_account
         try:
             minted = await tokens.create_service_account_token(
-                pool, ns, name, req.ttl_s, req.description, created_by=user.actor
-            )
+                pool, ns, name, req.ttl_s, req.description, created_by=user.actor,
+                ctx=write_context(user),
+            )  # fmt: skip
         except errors.NotFound:
             raise errors.invalid(
                 "Token",
@@ -126,8 +128,9 @@ async def _create(request: Request[Any, Any, Any], user: User, body: Any) -> Res
             ) from None
     else:
         minted = await tokens.mint(
-            pool, req.user, req.groups, req.ttl_s, req.description, created_by=user.actor
-        )
+            pool, req.user, req.groups, req.ttl_s, req.description, created_by=user.actor,
+            ctx=write_context(user),
+        )  # fmt: skip
     obj = minted.obj
     obj["status"] = {**(obj.get("status") or {}), "token": minted.token}
     return json_response(obj, 201)
@@ -209,7 +212,8 @@ async def read_token(request: Request[Any, Any, Any], name: str) -> Response[Any
 async def revoke_token(request: Request[Any, Any, Any], name: str) -> Response[Any]:
     async def run(user: User) -> Response[Any]:
         await _visible(request, user, name, "delete")
-        obj = await tokens.revoke(request.app.state.objects.store.pool, name, user.actor)
+        pool = request.app.state.objects.store.pool
+        obj = await tokens.revoke(pool, name, write_context(user))
         if obj is None:
             raise errors.NotFound(f'tokens "{name}" not found', kind="tokens", name=name)
         return json_response(obj)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.client import Unreachable
+from app.core.audit import check_reason
 from app.core.errors import StatusError
 from app.core.kinds import BY_KIND, Kind
 
@@ -57,6 +58,9 @@ def _global_flags() -> argparse.ArgumentParser:
     )
     common.add_argument("--server", default=s, help="API server URL (overrides QM_SERVER)")
     common.add_argument("--token", default=s, help="bearer token (overrides QM_TOKEN)")
+    common.add_argument(
+        "--reason", default=s, help="why: recorded with every write in the change history"
+    )
     return common
 
 
@@ -214,8 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     namespace = getattr(args, "namespace", None) or "default"
+    reason = getattr(args, "reason", None)
+    if reason is not None and (why := check_reason(reason)) is not None:
+        print(f"error: --reason {why}", file=sys.stderr)
+        return 2
     with contextlib.closing(
-        ApiClient(config.server, config.token, ca_file=config.ca_file)
+        ApiClient(config.server, config.token, ca_file=config.ca_file, reason=reason)
     ) as client:
         ctx = Context(
             client,

@@ -15,7 +15,9 @@ same node lock.
 
 One call is one READ COMMITTED transaction of five round trips, whatever the batch size:
 ``BEGIN``, lock the pods, lock the nodes' allocation rows, write every admitted pod in one
-``UPDATE`` (whose triggers add the pods' requests to the nodes), ``COMMIT``.
+``UPDATE`` (whose triggers add the pods' requests to the nodes), ``COMMIT``. That ``UPDATE``
+also sets ``qm.contexts``, each pod's write context (the scheduler's principal, the cycle's id
+and the node it chose) for the history triggers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from datetime import datetime
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from app.core.audit import WriteContext, contexts_text
 from app.core.objects import format_time
+from app.store.sql import with_context
 
 Conn = asyncpg.Connection | PoolConnectionProxy
 
@@ -69,8 +73,9 @@ coalesce((SELECT jsonb_agg(c.value ORDER BY c.ordinality)
                                       ELSE '[]'::jsonb END) WITH ORDINALITY AS c
            WHERE c.value->>'type' IS DISTINCT FROM 'PodScheduled'), '[]'::jsonb)"""
 
-# $1 pod uids (locked by LOCK_PODS), $2 node names, $3 the transition time (RFC 3339).
-# row_version and generation are moved by the table's own trigger.
+# $1 pod uids (locked by LOCK_PODS), $2 node names, $3 the transition time (RFC 3339), $4 the
+# pods' write contexts (``qm.contexts``). row_version and generation are moved by the table's
+# own trigger.
 BIND = f"""
 UPDATE pods AS p
    SET spec = jsonb_set(p.spec, '{{nodeName}}', to_jsonb(v.node_name)),
@@ -80,7 +85,7 @@ UPDATE pods AS p
          || jsonb_build_array(jsonb_build_object(
               'type', 'PodScheduled', 'status', 'True', 'lastTransitionTime', $3::text)))
   FROM unnest($1::uuid[], $2::text[]) AS v(uid, node_name)
- WHERE p.uid = v.uid
+ WHERE p.uid = v.uid AND {with_context("$4", "qm.contexts")}
 RETURNING p.uid, p.row_version
 """
 
@@ -174,7 +179,9 @@ class _Node:
         return fits
 
 
-async def bind_many(conn: Conn, binds: Sequence[Bind], now: datetime) -> BindResult:
+async def bind_many(
+    conn: Conn, binds: Sequence[Bind], now: datetime, ctx: WriteContext | None = None
+) -> BindResult:
     """Bind every pod that is still bindable onto its node while the node has room.
 
     ``conn`` must not be inside a transaction: the call is its own transaction. Binds are
@@ -182,7 +189,7 @@ async def bind_many(conn: Conn, binds: Sequence[Bind], now: datetime) -> BindRes
     is refused without stopping later, smaller ones. A pod's room is the larger of the
     decided requests and those stored on the pod. A pod named twice is bound at most once;
     the repeats are ``stale``. ``now`` (timezone-aware) becomes the PodScheduled condition's
-    ``lastTransitionTime``.
+    ``lastTransitionTime``. ``ctx``: the cycle's write context; each pod's adds the node.
 
     After a deadlock or serialization failure the transaction is rolled back and run once
     more; if that fails too, nothing is bound and every bind is returned as ``no_room``."""
@@ -200,7 +207,7 @@ async def bind_many(conn: Conn, binds: Sequence[Bind], now: datetime) -> BindRes
     assert when is not None
     for attempt in range(ATTEMPTS):
         try:
-            result = await _bind_once(conn, unique, when)
+            result = await _bind_once(conn, unique, when, ctx)
         except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
             if attempt + 1 < ATTEMPTS:
                 continue
@@ -210,7 +217,9 @@ async def bind_many(conn: Conn, binds: Sequence[Bind], now: datetime) -> BindRes
     raise AssertionError("unreachable")
 
 
-async def _bind_once(conn: Conn, binds: list[Bind], when: str) -> BindResult:
+async def _bind_once(
+    conn: Conn, binds: list[Bind], when: str, ctx: WriteContext | None
+) -> BindResult:
     result = BindResult()
     async with conn.transaction(isolation="read_committed"):
         rows = await conn.fetch(
@@ -245,8 +254,20 @@ async def _bind_once(conn: Conn, binds: list[Bind], when: str) -> BindResult:
                 [b.pod_uid for b in result.bound],
                 [b.node_name for b in result.bound],
                 when,
+                _contexts(result.bound, ctx),
             )
             if len(written) != len(result.bound):
                 raise RuntimeError("a pod locked for binding was not written")
             result.versions = {str(r["uid"]): int(r["row_version"]) for r in written}
     return result
+
+
+def _contexts(binds: list[Bind], ctx: WriteContext | None) -> str:
+    """``qm.contexts`` of a bind statement: each pod's context names the node chosen."""
+    if ctx is None:
+        return ""
+    bound = ctx.defaults(verb="create", subresource="binding")
+    return contexts_text(
+        (b.namespace, b.name, bound.using(reason=f"scheduled onto node {b.node_name}"))
+        for b in binds
+    )

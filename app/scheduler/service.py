@@ -35,6 +35,7 @@ from typing import Any
 import asyncpg
 
 from app.core import metrics as m
+from app.core.audit import SCHEDULER, system
 from app.core.errors import Gone, NotFound, StatusError
 from app.core.kinds import BY_KIND
 from app.core.objects import render
@@ -348,10 +349,10 @@ class SchedulerService:
             production = [p for p in placements if not p.pod.req.batch]
             if production:
                 # A small transaction of its own, never queued behind batch binds.
-                self._spawn(self._bind(production))
+                self._spawn(self._bind(production, self.cycles))
             batch = [p for p in placements if p.pod.req.batch]
             if batch:
-                task = self._spawn(self._bind(batch))
+                task = self._spawn(self._bind(batch, self.cycles))
                 self._batch_inflight[task] = len(batch)
                 self._batch_pods += len(batch)
                 task.add_done_callback(self._batch_done)
@@ -399,7 +400,7 @@ class SchedulerService:
             for w in waits:
                 w.cancel()
 
-    async def _bind(self, placements: list[Placement]) -> None:
+    async def _bind(self, placements: list[Placement], cycle: int) -> None:
         assert self.pool is not None
         # higher priority first: the binder admits in this order when a node runs short
         placements.sort(key=lambda p: -p.pod.priority)
@@ -422,7 +423,8 @@ class SchedulerService:
         started = time.perf_counter()
         try:
             async with self.pool.acquire() as conn:
-                result = await bind_many(conn, binds, datetime.now(UTC))
+                ctx = system(SCHEDULER, request_id=f"{self.settings.identity}:{cycle}")
+                result = await bind_many(conn, binds, datetime.now(UTC), ctx)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("bind of %d pods failed: %s", len(binds), exc)
             now = self.clock()
@@ -500,10 +502,11 @@ class SchedulerService:
                     [(v.uid, f"preempted by {f.pod.namespace}/{f.pod.name}") for f, v in victims],
                     PREEMPTION,
                     stamp,
+                    system(SCHEDULER, reason="preemption"),
                 )
             if victims:
                 store = Store(self.pool)
-                for _f, v in victims:
+                for f, v in victims:
                     with contextlib.suppress(NotFound):
                         await store.delete(
                             POD,
@@ -511,7 +514,11 @@ class SchedulerService:
                             v.name,
                             grace_seconds=v.grace_seconds,
                             expected_uid=v.uid,
-                            actor="system:quaymaster-scheduler",
+                            ctx=system(
+                                SCHEDULER,
+                                reason=f"preempted by {f.pod.namespace}/{f.pod.name} on node "
+                                f"{f.preemption.node_name}" if f.preemption else "preempted",
+                            ),
                         )
                     self.metrics.preemptions.inc()
         except (OSError, asyncpg.PostgresError, StatusError) as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.core.audit import system
 from app.store.tokens import Conn, create_token, digest, revoke, token_id
 
 NODE_PREFIX = "system:node:"
@@ -182,4 +183,5 @@ async def mint_apiserver_credential(pool: asyncpg.Pool, ttl_s: float) -> str:
 async def retire_apiserver_credential(pool: asyncpg.Pool, token: str) -> None:
     """Revoke a credential of this server's that it no longer presents (renewed, or the
     server is stopping), so it opens no agent afterwards."""
-    await revoke(pool, token_id(token), "")
+    retired = system(APISERVER_USER, reason="api server credential retired")
+    await revoke(pool, token_id(token), retired)

@@ -5,8 +5,8 @@ sweep reads up to ``garbage.BATCH`` live candidates of one kind, the pure core s
 (``app.core.controllers.garbage.split``), and each part is one statement: delete, mark
 deleting (finalizers, or a pod's grace period) or drop the owner's reference. Every statement
 names the row versions it read, so a row changed since is left for the next batch; each
-commits on its own, so no transaction grows with the size of the tree. The audit rows of a
-statement are written by the same statement.
+commits on its own, so no transaction grows with the size of the tree. Each statement sets
+the controller's write context (``$3``) for the history triggers itself.
 
 Row versions come from one sequence, so ``uid = ANY(...) AND row_version = ANY(...)`` matches
 exactly the (uid, version) pairs read: no row can hold another row's version. That form keeps
@@ -20,6 +20,7 @@ from functools import cache
 
 import asyncpg
 
+from app.core.audit import WriteContext, text_of
 from app.core.controllers.garbage import BATCH, Batch, Candidate, graceful_seconds
 from app.core.kinds import KINDS, Kind
 from app.store import sql
@@ -57,34 +58,23 @@ def _in_namespace(kind: Kind) -> str:
     )
 
 
-def _audit(kind: Kind, verb: str, alias: str, before: bool) -> str:
-    image = sql.audited(kind, alias)
-    images = f"{image}, NULL" if before else f"NULL, {image}"
-    return (
-        f" INSERT INTO qm_audit (username, groups, verb, kind, namespace, name, uid, subresource,"
-        f" before, after) SELECT {sql.who('$3::text')}, '{verb}', '{kind.kind}', namespace, name,"
-        f" uid, '', {images}"
-        f" FROM {alias}"
-    )
+_CTX = sql.with_context("$3")
 
 
 @cache
 def _delete(kind: Kind) -> str:
-    return f"WITH gone AS (DELETE FROM {kind.table} t WHERE {_BY_VERSION} RETURNING t.*)" + _audit(
-        kind, "delete", "gone", before=True
-    )
+    return f"DELETE FROM {kind.table} t WHERE {_BY_VERSION} AND {_CTX}"
 
 
 @cache
 def _mark(kind: Kind) -> str:
     """``$4``: each row's grace period (or NULL), in the order of ``$1``."""
     return (
-        f"WITH marked AS (UPDATE {kind.table} t"
+        f"UPDATE {kind.table} t"
         " SET deletion_timestamp = coalesce(t.deletion_timestamp, now()),"
         " deletion_grace_period_seconds = coalesce(g.grace, t.deletion_grace_period_seconds)"
         " FROM unnest($1::uuid[], $4::bigint[]) AS g(uid, grace)"
-        f" WHERE t.uid = g.uid AND {_BY_VERSION} RETURNING t.*)"
-        + _audit(kind, "delete", "marked", before=False)
+        f" WHERE t.uid = g.uid AND {_BY_VERSION} AND {_CTX}"
     )
 
 
@@ -92,10 +82,10 @@ def _mark(kind: Kind) -> str:
 def _release(kind: Kind) -> str:
     """Drop the references to the owner ``$4`` (its uid as text)."""
     return (
-        f"WITH released AS (UPDATE {kind.table} t SET owner_references = coalesce("
+        f"UPDATE {kind.table} t SET owner_references = coalesce("
         "(SELECT jsonb_agg(r) FROM jsonb_array_elements(t.owner_references) r"
         " WHERE r->>'uid' <> $4), '[]')"
-        f" WHERE {_BY_VERSION} RETURNING t.*)" + _audit(kind, "update", "released", before=False)
+        f" WHERE {_BY_VERSION} AND {_CTX}"
     )
 
 
@@ -132,24 +122,28 @@ async def contents(
 
 
 async def apply(
-    pool: asyncpg.Pool, kind: Kind, batch: Batch, actor: str, owner_uid: str = ""
+    pool: asyncpg.Pool, kind: Kind, batch: Batch, ctx: WriteContext, owner_uid: str = ""
 ) -> int:
-    """Carry out one sorted batch (each part one statement); how many rows it changed."""
+    """Carry out one sorted batch (each part one statement) under the controller's write
+    context; how many rows it changed."""
     done = 0
     if batch.delete:
-        done += await _run(pool, _delete(kind), batch.delete, actor)
+        done += await _run(pool, _delete(kind), batch.delete, ctx.defaults(verb="delete"))
     if batch.mark:
-        done += await _run(pool, _mark(kind), batch.mark, actor, [c.grace for c in batch.mark])
+        graces = [c.grace for c in batch.mark]
+        done += await _run(pool, _mark(kind), batch.mark, ctx.defaults(verb="delete"), graces)
     if batch.release:
-        done += await _run(pool, _release(kind), batch.release, actor, owner_uid)
+        done += await _run(
+            pool, _release(kind), batch.release, ctx.defaults(verb="update"), owner_uid
+        )
     return done
 
 
 async def _run(
-    pool: asyncpg.Pool, text: str, part: tuple[Candidate, ...], actor: str, *extra: object
+    pool: asyncpg.Pool, text: str, part: tuple[Candidate, ...], ctx: WriteContext, *extra: object
 ) -> int:
     status = await pool.execute(
-        text, [c.uid for c in part], [c.row_version for c in part], actor, *extra
+        text, [c.uid for c in part], [c.row_version for c in part], text_of(ctx), *extra
     )
     return int(status.rsplit(" ", 1)[-1])
 

@@ -15,7 +15,9 @@ from datetime import datetime
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from app.core.audit import WriteContext, text_of
 from app.core.objects import format_time
+from app.store.sql import with_context
 
 Conn = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
@@ -35,15 +37,26 @@ UPDATE pods p SET status = jsonb_set(
          'type', 'DisruptionTarget', 'status', 'True', 'reason', $2::text,
          'message', d.message, 'lastTransitionTime', $3::text)))
 FROM unnest($1::uuid[], $4::text[]) AS d(uid, message)
-WHERE p.uid = d.uid AND p.deletion_timestamp IS NULL
-"""
+WHERE p.uid = d.uid AND p.deletion_timestamp IS NULL AND """ + with_context(
+    "coalesce($5::text, current_setting('qm.context', true))"
+)  # without a context of its own, the one its transaction set holds
 
 
 async def mark_disruption_targets(
-    conn: Conn, items: Sequence[tuple[str, str]], reason: str, now: datetime
+    conn: Conn,
+    items: Sequence[tuple[str, str]],
+    reason: str,
+    now: datetime,
+    ctx: WriteContext | None = None,
 ) -> None:
-    """Set ``DisruptionTarget=True`` with ``reason`` on each ``(pod uid, message)``."""
+    """Set ``DisruptionTarget=True`` with ``reason`` on each ``(pod uid, message)``, under
+    the write context ``ctx`` (None: the one the caller's transaction set, if any)."""
     if items:
         await conn.execute(
-            _MARK, [u for u, _m in items], reason, format_time(now), [m for _u, m in items]
+            _MARK,
+            [u for u, _m in items],
+            reason,
+            format_time(now),
+            [m for _u, m in items],
+            None if ctx is None else text_of(ctx.defaults(verb="update", subresource="status")),
         )

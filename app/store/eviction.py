@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 
 from app.core import errors
+from app.core.audit import WriteContext, text_of
 from app.core.disruption import Budget, compute, live_disrupted, selects, verdict
 from app.core.kinds import BY_KIND, Kind
 from app.core.labels import from_label_selector
@@ -179,6 +180,7 @@ async def _record_disruption(
     pod_name: str | None,
     decrement: bool,
     now: datetime,
+    ctx: WriteContext | None,
 ) -> None:
     status = dict(pdb.obj.get("status") or {})
     if pod_name is not None:
@@ -189,8 +191,8 @@ async def _record_disruption(
     status["expectedPods"] = budget.expected_pods
     status["disruptionsAllowed"] = max(0, budget.disruptions_allowed - (1 if decrement else 0))
     await conn.execute(
-        sql.update_status_plain(PDB), pdb.row["namespace"], pdb.row["name"], pdb.row_version,
-        status,
+        sql.update_status(PDB), pdb.row["namespace"], pdb.row["name"], pdb.row_version,
+        status, text_of(None if ctx is None else ctx.defaults(verb="update", subresource="status")),
     )  # fmt: skip
 
 
@@ -204,14 +206,21 @@ async def evict(
     propagation: str = "Background",
     expected_uid: str | None = None,
     expected_row_version: int | None = None,
-    actor: str | None = None,
+    ctx: WriteContext | None = None,
     dry_run: bool = False,
     note: str = "Evicted by the eviction API",
 ) -> Outcome:
     """Evict one pod if its budget allows (see the module docstring). Raises ``NotFound``,
     ``Conflict`` (a precondition failed) or a 500 ``StatusError`` (several budgets)."""
     async with store.pool.acquire() as conn, conn.transaction():
-        rec = await conn.fetchrow(sql.select_one(POD) + " FOR UPDATE", namespace, name)
+        # The context set here holds for every write of the transaction: the pod's
+        # DisruptionTarget, its deletion, the budget's status and the Events.
+        rec = await conn.fetchrow(
+            sql.select_one(POD) + f" AND {sql.with_context('$3')} FOR UPDATE",
+            namespace,
+            name,
+            text_of(_evicting(ctx)),
+        )
         if rec is None:
             raise errors.NotFound(f'pods "{name}" not found', kind="pods", name=name)
         cur = _stored(POD, rec)
@@ -247,18 +256,23 @@ async def evict(
         marked = await conn.fetchrow(sql.select_one(POD), namespace, name)
         assert marked is not None, "the pod is locked by this transaction"
         after = await store._delete_locked(
-            conn, _stored(POD, marked), propagation, grace_seconds, actor
+            conn, _stored(POD, marked), propagation, grace_seconds, _evicting(ctx)
         )
         if pdb is not None and judged is not None:
             budget, v, disrupted = judged
             gone = after is None
             await _record_disruption(
-                conn, pdb, budget, disrupted, None if gone else name, v.decrement, now
+                conn, pdb, budget, disrupted, None if gone else name, v.decrement, now, ctx
             )
         await record_events(
             conn, [EventNote(ObjectRef.of(pod), "Evicted", note, "Normal", COMPONENT)], now
         )
         return Outcome("evicted", cur.uid, after, pdb.row["name"] if pdb else None)
+
+
+def _evicting(ctx: WriteContext | None) -> WriteContext | None:
+    """An eviction deletes the pod through its ``eviction`` subresource."""
+    return None if ctx is None else ctx.defaults(verb="create", subresource="eviction")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """SQL text for each kind table, built once from the kind registry.
 
-Writes are single statements with the audit insert folded in as a CTE, so a write and its
-audit row commit together in one round trip; and every UPDATE or DELETE names the row version
-it expects.
+Every UPDATE or DELETE names the row version it expects. Each write also sets its write
+context (:mod:`app.core.audit`) as the transaction-local setting ``qm.context`` in the same
+statement (:func:`with_context`), so the history triggers of migration 0014 record who wrote
+and why, in one round trip and whatever pooling sits between.
 """
 
 from __future__ import annotations
@@ -14,24 +15,12 @@ from app.core.objects import COLUMNS
 
 COLS = ", ".join(COLUMNS)
 
-_AUDIT = (
-    "INSERT INTO qm_audit"
-    " (username, groups, verb, kind, namespace, name, uid, subresource, before, after)"
-)
 
-
-def who(actor: str) -> str:
-    """The audit row's ``username, groups`` from the SQL expression of a write's actor text
-    (``app.core.principals.actor``: the name, then the groups, separated by U+001F)."""
-    return f"qm_actor_name({actor}), qm_actor_groups({actor})"
-
-
-def audited(kind: Kind, alias: str, without: tuple[str, ...] = ()) -> str:
-    """The row image kept in the audit trail, less the columns ``without`` names; a Secret's
-    data never goes there."""
-    dropped = [*without, *(["spec"] if kind.kind == "Secret" else [])]
-    image = f"to_jsonb({alias}.*)" + "".join(f" - '{c}'" for c in dropped)
-    return f"({image})" if dropped else image
+def with_context(param: str, setting: str = "qm.context") -> str:
+    """A condition that sets ``setting`` to the text ``param`` ('' for NULL: no context) and
+    holds. Written as an uncorrelated subquery it is an InitPlan, run once before the
+    statement reads or writes any row, so every trigger of the statement sees the setting."""
+    return f"(SELECT set_config('{setting}', coalesce({param}::text, ''), true)) IS NOT NULL"
 
 
 @cache
@@ -41,92 +30,68 @@ def select_one(kind: Kind) -> str:
 
 @cache
 def insert(kind: Kind) -> str:
+    """``$11``: the write context's text."""
     return f"""
-WITH ins AS (
-  INSERT INTO {kind.table} (uid, namespace, name, generate_name, labels, annotations,
-                            owner_references, finalizers, spec, status)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-  ON CONFLICT (namespace, name) DO NOTHING
-  RETURNING {COLS}
-), aud AS (
-  {_AUDIT}
-  SELECT {who("$11::text")}, 'create', '{kind.kind}', ins.namespace, ins.name, ins.uid, '', NULL,
-         {audited(kind, "ins")} FROM ins WHERE $11::text IS NOT NULL
-)
-SELECT * FROM ins"""
+INSERT INTO {kind.table} (uid, namespace, name, generate_name, labels, annotations,
+                          owner_references, finalizers, spec, status)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE {with_context("$11")}
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING {COLS}"""
 
 
 @cache
 def insert_many(kind: Kind) -> str:
+    """``$10``: the write context's text, one for the whole batch."""
     return f"""
 INSERT INTO {kind.table} (uid, namespace, name, labels, annotations, owner_references,
                           finalizers, spec, status)
 SELECT u, n, nm, l::jsonb, a::jsonb, o::jsonb, f::jsonb, s::jsonb, st::jsonb
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
             $7::text[], $8::text[], $9::text[]) AS v(u, n, nm, l, a, o, f, s, st)
+WHERE {with_context("$10")}
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING {COLS}"""
 
 
 @cache
 def update(kind: Kind) -> str:
+    """``$9``: the write context's text."""
     return f"""
-WITH old AS (
-  SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2
-), upd AS (
-  UPDATE {kind.table} SET labels = $4, annotations = $5, owner_references = $6,
-                          finalizers = $7, spec = $8
-  WHERE namespace = $1 AND name = $2 AND row_version = $3
-  RETURNING {COLS}
-), aud AS (
-  {_AUDIT}
-  SELECT {who("$9::text")}, $10::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, '',
-         {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $9::text IS NOT NULL
-)
-SELECT * FROM upd"""
+UPDATE {kind.table} SET labels = $4, annotations = $5, owner_references = $6,
+                        finalizers = $7, spec = $8
+WHERE namespace = $1 AND name = $2 AND row_version = $3 AND {with_context("$9")}
+RETURNING {COLS}"""
 
 
 @cache
 def update_status(kind: Kind) -> str:
+    """``$5``: the write context's text."""
     return f"""
-WITH old AS (
-  SELECT {COLS} FROM {kind.table} WHERE namespace = $1 AND name = $2
-), upd AS (
-  UPDATE {kind.table} SET status = $4
-  WHERE namespace = $1 AND name = $2 AND row_version = $3
-  RETURNING {COLS}
-), aud AS (
-  {_AUDIT}
-  SELECT {who("$5::text")}, $6::text, '{kind.kind}', upd.namespace, upd.name, upd.uid, 'status',
-         {audited(kind, "old")}, {audited(kind, "upd")} FROM upd, old WHERE $5::text IS NOT NULL
-)
-SELECT * FROM upd"""
+UPDATE {kind.table} SET status = $4
+WHERE namespace = $1 AND name = $2 AND row_version = $3 AND {with_context("$5")}
+RETURNING {COLS}"""
 
 
 def _cols(alias: str) -> str:
     return ", ".join(f"{alias}.{c}" for c in COLUMNS)
 
 
-def _batched(kind: Kind, values: str, names: str, sets: str, subresource: str) -> str:
-    """Group commit (:mod:`app.store.group`): one conditional write per ``unnest`` row, each
-    with its own audit row, returning ``qm_ord`` (the write's 1-based place in the arrays)."""
+def _batched(kind: Kind, values: str, names: str, sets: str) -> str:
+    """Group commit (:mod:`app.store.group`): one conditional write per ``unnest`` row,
+    returning ``qm_ord`` (the write's 1-based place in the arrays). Each row's write context
+    (the ``ctx`` column) goes into ``qm.contexts`` under ``"<namespace>/<name>"``."""
+    contexts = (
+        "(SELECT jsonb_object_agg(v.namespace || '/' || v.name, v.ctx::jsonb)::text"
+        " FROM v WHERE v.ctx <> '')"
+    )
     return f"""
 WITH v AS (
   SELECT * FROM unnest({values}) WITH ORDINALITY AS v({names}, qm_ord)
-), old AS (
-  SELECT {_cols("t")}, v.qm_ord FROM {kind.table} AS t
-  JOIN v ON t.namespace = v.namespace AND t.name = v.name
-), upd AS (
-  UPDATE {kind.table} AS t SET {sets}
-  FROM v WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
-  RETURNING {_cols("t")}, v.qm_ord
-), aud AS (
-  {_AUDIT}
-  SELECT {who("v.actor")}, v.verb, '{kind.kind}', upd.namespace, upd.name, upd.uid, '{subresource}',
-         {audited(kind, "old", ("qm_ord",))}, {audited(kind, "upd", ("qm_ord",))}
-  FROM upd JOIN old USING (qm_ord) JOIN v USING (qm_ord) WHERE v.actor IS NOT NULL
 )
-SELECT * FROM upd"""
+UPDATE {kind.table} AS t SET {sets}
+FROM v WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
+  AND {with_context(contexts, "qm.contexts")}
+RETURNING {_cols("t")}, v.qm_ord"""
 
 
 @cache
@@ -136,13 +101,11 @@ def update_batch(kind: Kind) -> str:
     return _batched(
         kind,
         "$1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],"
-        " $8::text[], $9::text[], $10::text[]",
-        "namespace, name, expected, labels, annotations, owner_references, finalizers, spec,"
-        " actor, verb",
+        " $8::text[], $9::text[]",
+        "namespace, name, expected, labels, annotations, owner_references, finalizers, spec, ctx",
         "labels = v.labels::jsonb, annotations = v.annotations::jsonb,"
         " owner_references = v.owner_references::jsonb, finalizers = v.finalizers::jsonb,"
         " spec = v.spec::jsonb",
-        "",
     )
 
 
@@ -151,52 +114,43 @@ def update_status_batch(kind: Kind) -> str:
     """:func:`update_status` for many objects at once."""
     return _batched(
         kind,
-        "$1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[]",
-        "namespace, name, expected, status, actor, verb",
+        "$1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[]",
+        "namespace, name, expected, status, ctx",
         "status = v.status::jsonb",
-        "status",
     )
 
 
 @cache
-def update_status_plain(kind: Kind) -> str:
-    """The status write internal components use (no audit row, so no CTE)."""
-    return f"""
-UPDATE {kind.table} SET status = $4 WHERE namespace = $1 AND name = $2 AND row_version = $3
-RETURNING {COLS}"""
-
-
-@cache
 def update_status_many(kind: Kind) -> str:
+    """Status writes of many objects under one write context (``$5``)."""
     return f"""
 UPDATE {kind.table} AS t SET status = v.status::jsonb
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
   AS v(namespace, name, expected, status)
 WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
+  AND {with_context("$5")}
 RETURNING t.namespace, t.name, t.uid, t.row_version"""
 
 
 @cache
 def mark_deleting(kind: Kind) -> str:
+    """``$6``: the write context's text."""
     return f"""
 UPDATE {kind.table}
 SET deletion_timestamp = coalesce(deletion_timestamp, now()),
     deletion_grace_period_seconds = coalesce($4, deletion_grace_period_seconds),
     finalizers = $5
-WHERE namespace = $1 AND name = $2 AND row_version = $3
+WHERE namespace = $1 AND name = $2 AND row_version = $3 AND {with_context("$6")}
 RETURNING {COLS}"""
 
 
 @cache
 def delete(kind: Kind) -> str:
+    """``$4``: the write context's text."""
     return f"""
-DELETE FROM {kind.table} WHERE namespace = $1 AND name = $2 AND row_version = $3
+DELETE FROM {kind.table}
+WHERE namespace = $1 AND name = $2 AND row_version = $3 AND {with_context("$4")}
 RETURNING {COLS}"""
-
-
-@cache
-def audit() -> str:
-    return f"{_AUDIT} VALUES ({who('$1::text')}, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 @cache
@@ -224,10 +178,11 @@ def owned_by(kind: Kind) -> str:
 
 @cache
 def drop_owner(kind: Kind) -> str:
+    """``$4``: the write context's text."""
     return f"""
 UPDATE {kind.table} SET owner_references = coalesce(
   (SELECT jsonb_agg(r) FROM jsonb_array_elements(owner_references) r WHERE r->>'uid' <> $3), '[]')
-WHERE namespace = $1 AND name = $2 RETURNING {COLS}"""
+WHERE namespace = $1 AND name = $2 AND {with_context("$4")} RETURNING {COLS}"""
 
 
 @cache

@@ -22,6 +22,7 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
+from app.core.audit import WriteContext, text_of
 from app.core.controllers.garbage import FOREGROUND, graceful_seconds
 from app.core.controllers.namespace import NAMESPACE_CONTENTS, TERMINATING
 from app.core.kinds import BY_KIND, Kind
@@ -79,12 +80,13 @@ def _stored(kind: Kind, rec: asyncpg.Record | None) -> Stored:
 
 
 class Store:
-    """Every write is one statement (plus audit, in the same statement when ``actor`` is set)."""
+    """Every write is one statement, which also sets its write context (``ctx``) for the
+    history triggers; a write without one is recorded as having no application context."""
 
     def __init__(
         self, pool: asyncpg.Pool, rng: random.Random | None = None, *, group_commit: bool = False
     ) -> None:
-        """``group_commit``: audited updates (spec or status) of objects of one kind that
+        """``group_commit``: updates (spec or status) with a write context, of one kind, that
         arrive while earlier ones are in flight go together in one statement
         (:mod:`app.store.group`). For a process that writes from one event loop (the API
         server), not for Celery workers' per-task loops."""
@@ -141,7 +143,9 @@ class Store:
         ]
 
     # -- creates -------------------------------------------------------------------------
-    async def create(self, kind: Kind, obj: dict[str, Any], actor: str | None = None) -> Stored:
+    async def create(
+        self, kind: Kind, obj: dict[str, Any], ctx: WriteContext | None = None
+    ) -> Stored:
         cols = split(kind, obj)
         prefix = cols["generate_name"]
         async with quota.admitted(self.pool, kind, [obj]) as db:
@@ -163,7 +167,7 @@ class Store:
                         cols["finalizers"],
                         spec,
                         cols["status"],
-                        actor,
+                        _text(ctx, "create"),
                     )
                 if rec is not None:
                     return _stored(kind, rec)
@@ -172,7 +176,9 @@ class Store:
             f'{kind.plural} "{shown}" already exists', kind=kind.plural, name=shown
         )
 
-    async def create_many(self, kind: Kind, objs: list[dict[str, Any]]) -> list[Stored]:
+    async def create_many(
+        self, kind: Kind, objs: list[dict[str, Any]], ctx: WriteContext | None = None
+    ) -> list[Stored]:
         """Insert many objects in one statement; names that already exist are skipped."""
         cols = [split(kind, o) for o in objs]
         for c in cols:
@@ -195,6 +201,7 @@ class Store:
                             "status",
                         )
                     ),
+                    _text(ctx, "create"),
                 )
         return [_stored(kind, r) for r in recs]
 
@@ -204,8 +211,7 @@ class Store:
         kind: Kind,
         obj: dict[str, Any],
         expected: int,
-        actor: str | None = None,
-        verb: str = "update",
+        ctx: WriteContext | None = None,
     ) -> Stored:
         """Replace labels, annotations, owners, finalizers and spec, if still at ``expected``."""
         cols = split(kind, obj)
@@ -218,8 +224,7 @@ class Store:
             cols["owner_references"],
             cols["finalizers"],
             _sealed(kind, cols["spec"], cols["namespace"], cols["name"]),
-            actor,
-            verb,
+            _text(ctx, "update"),
         )
         rec = await self._write("update", kind, args)
         if rec is None:
@@ -227,7 +232,7 @@ class Store:
         stored = _stored(kind, rec)
         if stored.deleting and not stored.row["finalizers"]:
             async with self.pool.acquire() as conn:
-                await self._remove(conn, stored, actor)
+                await self._remove(conn, stored, ctx)
         return stored
 
     async def update_status(
@@ -235,18 +240,13 @@ class Store:
         kind: Kind,
         obj: dict[str, Any],
         expected: int,
-        actor: str | None = None,
-        verb: str = "update",
+        ctx: WriteContext | None = None,
     ) -> Stored:
         meta = obj.get("metadata") or {}
         namespace, name = _ns(kind, meta.get("namespace", "")), meta.get("name")
         status = obj.get("status") or {}
-        if actor is None:
-            text = sql.update_status_plain(kind)
-            rec = await self.pool.fetchrow(text, namespace, name, expected, status)
-        else:
-            args = (namespace, name, expected, status, actor, verb)
-            rec = await self._write("status", kind, args)
+        args = (namespace, name, expected, status, _text(ctx, "update", "status"))
+        rec = await self._write("status", kind, args)
         if rec is None:
             await self._raise_missing_or_conflict(kind, namespace, name or "")
         return _stored(kind, rec)
@@ -254,10 +254,10 @@ class Store:
     # -- group commit ----------------------------------------------------------------------
     async def _write(self, op: str, kind: Kind, args: tuple[Any, ...]) -> asyncpg.Record | None:
         """One conditional write (``op``: "update" or "status"; ``args`` in the order of its
-        statement, the actor second to last). Audited writes are coalesced with others of
-        their kind in flight when group commit is on. None if the condition failed."""
-        actor = args[-2]
-        if not self.group_commit or actor is None:
+        statement, the write context's text last). Writes with a context are coalesced with
+        others of their kind in flight when group commit is on. None if the condition
+        failed."""
+        if not self.group_commit or not args[-1]:
             return await self._write_one(op, kind, args)
         lane = self._lanes.get((op, kind.kind))
         if lane is None:
@@ -300,7 +300,7 @@ class Store:
             await lane.close()
 
     async def update_status_many(
-        self, kind: Kind, items: list[tuple[dict[str, Any], int]]
+        self, kind: Kind, items: list[tuple[dict[str, Any], int]], ctx: WriteContext | None = None
     ) -> tuple[list[Written], int]:
         """Batched status writes, each conditional on its own row version. Returns the new
         versions of what was written and how many lost their condition (read again, retry)."""
@@ -311,6 +311,7 @@ class Store:
             [m.get("name") for m in metas],
             [e for _, e in items],
             [_json(o.get("status") or {}) for o, _ in items],
+            _text(ctx, "update", "status"),
         )
         written = [
             Written(r["namespace"], r["name"], str(r["uid"]), r["row_version"]) for r in recs
@@ -339,7 +340,7 @@ class Store:
         grace_seconds: int | None = None,
         expected: int | None = None,
         expected_uid: str | None = None,
-        actor: str | None = None,
+        ctx: WriteContext | None = None,
     ) -> Stored | None:
         """Delete, or mark deleting when finalizers or a running pod must finish first.
 
@@ -368,7 +369,7 @@ class Store:
                     kind=kind.plural,
                     name=name,
                 )
-            return await self._delete_locked(conn, cur, propagation, grace_seconds, actor)
+            return await self._delete_locked(conn, cur, propagation, grace_seconds, ctx)
 
     async def _delete_locked(
         self,
@@ -376,7 +377,7 @@ class Store:
         cur: Stored,
         propagation: str,
         grace: int | None,
-        actor: str | None,
+        ctx: WriteContext | None,
     ) -> Stored | None:
         """Delete or mark deleting. Dependents are not touched here (but for orphan
         propagation, which strips their references): the garbage collector sees the owner go,
@@ -385,7 +386,7 @@ class Store:
         if cur.kind.kind == "Namespace" and NAMESPACE_CONTENTS not in finalizers:
             finalizers.append(NAMESPACE_CONTENTS)  # emptied by the namespace controller
         if propagation == "Orphan":
-            await self._orphan(conn, cur.uid, actor)
+            await self._orphan(conn, cur.uid, ctx)
         elif (
             propagation == "Foreground"
             and FOREGROUND not in finalizers
@@ -401,31 +402,35 @@ class Store:
                 cur.row_version,
                 graceful if graceful is not None else grace,
                 finalizers,
+                _text(ctx, "delete"),
             )
             marked = _stored(cur.kind, rec)
             if cur.kind.kind == "Namespace" and _phase(cur) != TERMINATING:
-                marked = await self._terminating(conn, marked)
-            await self._audit(conn, actor, "delete", cur, marked)
+                marked = await self._terminating(conn, marked, ctx)
             return marked
-        await self._remove(conn, cur, actor)
+        await self._remove(conn, cur, ctx)
         return None
 
-    async def _terminating(self, conn: Conn, ns: Stored) -> Stored:
+    async def _terminating(self, conn: Conn, ns: Stored, ctx: WriteContext | None) -> Stored:
         """A namespace being deleted shows phase Terminating from the deleting write on, as
         Kubernetes' API server sets it; the namespace controller writes its conditions."""
         status = {**(ns.row["status"] or {}), "phase": TERMINATING}
-        text = sql.update_status_plain(ns.kind)
-        rec = await conn.fetchrow(text, "", ns.row["name"], ns.row_version, status)
+        text = sql.update_status(ns.kind)
+        ctx_text = _text(ctx, "delete", "status")
+        rec = await conn.fetchrow(text, "", ns.row["name"], ns.row_version, status, ctx_text)
         return _stored(ns.kind, rec)
 
-    async def _remove(self, conn: Conn, cur: Stored, actor: str | None) -> None:
+    async def _remove(self, conn: Conn, cur: Stored, ctx: WriteContext | None) -> None:
         await conn.execute(
-            sql.delete(cur.kind), cur.row["namespace"], cur.row["name"], cur.row_version
+            sql.delete(cur.kind),
+            cur.row["namespace"],
+            cur.row["name"],
+            cur.row_version,
+            _text(ctx, "delete"),
         )
-        await self._audit(conn, actor, "delete", cur, None)
 
     async def finish_deletion(
-        self, kind: Kind, uid: str, *, drop: str = FOREGROUND, actor: str | None = None
+        self, kind: Kind, uid: str, *, drop: str = FOREGROUND, ctx: WriteContext | None = None
     ) -> bool:
         """Take the finalizer ``drop`` off an object being deleted, and remove the object if
         nothing else holds it (no other finalizer, not a pod its node must confirm). For the
@@ -450,33 +455,11 @@ class Store:
                     cur.row_version,
                     None,
                     rest,
+                    _text(ctx, "update"),
                 )
                 return True
-            await self._remove(conn, cur, actor)
+            await self._remove(conn, cur, ctx)
             return True
-
-    async def _audit(
-        self,
-        conn: Conn,
-        actor: str | None,
-        verb: str,
-        before: Stored,
-        after: Stored | None,
-    ) -> None:
-        if actor is None:
-            return
-        await conn.execute(
-            sql.audit(),
-            actor,
-            verb,
-            before.kind.kind,
-            before.row["namespace"],
-            before.row["name"],
-            before.row["uid"],
-            "",
-            _image(before),
-            _image(after) if after else None,
-        )
 
     # -- owner references ----------------------------------------------------------------
     async def _dependents(self, conn: Conn, owner_uid: str) -> list[Stored]:
@@ -492,17 +475,21 @@ class Store:
     async def _has_dependents(self, conn: Conn, owner_uid: str) -> bool:
         return bool(await self._dependents(conn, owner_uid))
 
-    async def _orphan(self, conn: Conn, owner_uid: str, actor: str | None) -> None:
+    async def _orphan(self, conn: Conn, owner_uid: str, ctx: WriteContext | None) -> None:
         for dep in await self._dependents(conn, owner_uid):
-            await self._drop_owner(conn, dep, owner_uid, actor)
+            await self._drop_owner(conn, dep, owner_uid, ctx)
 
-    async def _drop_owner(self, conn: Conn, dep: Stored, owner_uid: str, actor: str | None) -> None:
-        """Remove one ownerReference from a dependent, audited like any other write."""
-        rec = await conn.fetchrow(
-            sql.drop_owner(dep.kind), dep.row["namespace"], dep.row["name"], owner_uid
+    async def _drop_owner(
+        self, conn: Conn, dep: Stored, owner_uid: str, ctx: WriteContext | None
+    ) -> None:
+        """Remove one ownerReference from a dependent, under the deleting write's context."""
+        await conn.execute(
+            sql.drop_owner(dep.kind),
+            dep.row["namespace"],
+            dep.row["name"],
+            owner_uid,
+            _text(ctx, "update"),
         )
-        if rec is not None:
-            await self._audit(conn, actor, "update", dep, _stored(dep.kind, rec))
 
 
 def _phase(cur: Stored) -> str | None:
@@ -535,16 +522,7 @@ def _ns(kind: Kind, namespace: str | None) -> str:
     return (namespace or "") if kind.namespaced else ""
 
 
-def _image(stored: Stored) -> dict[str, Any]:
-    """A row as the audit trail keeps it: JSON-ready, and without a Secret's data."""
-    row = _jsonable(stored.row)
-    if stored.kind.kind == "Secret":
-        row.pop("spec", None)
-    return row
-
-
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (str(v) if isinstance(v, uuid.UUID) or hasattr(v, "isoformat") else v)
-        for k, v in row.items()
-    }
+def _text(ctx: WriteContext | None, verb: str, subresource: str | None = None) -> str:
+    """The ``qm.context`` text of a write, with the verb (and subresource) the store knows
+    filled in where the caller left them out ('' without a context)."""
+    return text_of(None if ctx is None else ctx.defaults(verb=verb, subresource=subresource))

@@ -23,9 +23,11 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from app.core import errors
+from app.core.audit import WriteContext, text_of
 from app.core.kinds import TOKEN
 from app.core.objects import COLUMNS, render
 from app.core.principals import AUTHN_VERSION, actor, service_account_user
+from app.store.sql import with_context
 
 Conn = asyncpg.Pool | asyncpg.Connection | PoolConnectionProxy  # a pool, or a transaction's
 
@@ -72,19 +74,12 @@ def token_id(token: str) -> str:
 
 _COLS = ", ".join(COLUMNS)
 _INSERT = f"""
-WITH ins AS (
-  INSERT INTO qm_tokens (username, groups, token_sha256, description, expires_at, created_by,
-                         sa_namespace, sa_name, sa_uid)
-  VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision), $6, $7, $8, $9)
-  ON CONFLICT (token_sha256) DO NOTHING
-  RETURNING {_COLS}
-), aud AS (
-  INSERT INTO qm_audit (username, groups, verb, kind, namespace, name, uid, subresource, after)
-  SELECT qm_actor_name($6), qm_actor_groups($6), 'create', 'Token', '', ins.name, ins.uid, '',
-         jsonb_build_object('spec', ins.spec)
-  FROM ins WHERE $6 <> ''
-)
-SELECT * FROM ins"""
+INSERT INTO qm_tokens (username, groups, token_sha256, description, expires_at, created_by,
+                       sa_namespace, sa_name, sa_uid)
+SELECT $1, $2, $3, $4, now() + make_interval(secs => $5::double precision), $6, $7, $8, $9
+WHERE {with_context("$10")}
+ON CONFLICT (token_sha256) DO NOTHING
+RETURNING {_COLS}"""
 
 
 async def ensure_token(
@@ -114,11 +109,13 @@ async def mint(
     *,
     service_account: tuple[str, str, str] | None = None,
     created_by: str = "",
+    ctx: WriteContext | None = None,
 ) -> Minted:
     """A new random token for ``username`` in ``groups``, valid ``ttl_s`` seconds.
 
     ``service_account``: ``(namespace, name, uid)`` of the account it belongs to (deleting the
-    account revokes it); ``created_by``: the actor recorded in the audit trail ('' for none)."""
+    account revokes it); ``created_by``: the actor the record names ('' for none); ``ctx``:
+    the write context the history records."""
     token = secrets.token_urlsafe(32)
     ns, name, sa_uid = service_account or (None, None, None)
     rec = await pool.fetchrow(
@@ -132,6 +129,7 @@ async def mint(
         ns,
         name,
         uuid.UUID(sa_uid) if sa_uid else None,
+        text_of(None if ctx is None else ctx.defaults(verb="create")),
     )
     assert rec is not None, "a 256-bit random token collided with a stored one"
     return Minted(token, _obj(rec))
@@ -152,7 +150,7 @@ async def create_token(
 
 async def create_service_account_token(
     pool: asyncpg.Pool, namespace: str, name: str, ttl_s: float, description: str = "",
-    created_by: str = "",
+    created_by: str = "", ctx: WriteContext | None = None,
 ) -> Minted:  # fmt: skip
     """A token of the service account ``namespace/name``; NotFound if there is none."""
     sa_uid = await pool.fetchval(
@@ -167,7 +165,7 @@ async def create_service_account_token(
     try:
         return await mint(
             pool, user, groups, ttl_s, description,
-            service_account=(namespace, name, sa_uid), created_by=created_by,
+            service_account=(namespace, name, sa_uid), created_by=created_by, ctx=ctx,
         )  # fmt: skip
     except asyncpg.ForeignKeyViolationError as exc:  # deleted meanwhile
         raise errors.NotFound(f'serviceaccounts "{name}" not found') from exc
@@ -207,23 +205,17 @@ async def get_token(pool: asyncpg.Pool, name: str) -> dict[str, Any] | None:
     return None if rec is None else _obj(rec)
 
 
-async def revoke(pool: asyncpg.Pool, name: str, by: str) -> dict[str, Any] | None:
-    """Revoke the token named ``name`` (idempotent; its first revocation time is kept) and
-    audit it as ``by``; its record, or None if there is no such token."""
+async def revoke(
+    pool: asyncpg.Pool, name: str, ctx: WriteContext | None
+) -> dict[str, Any] | None:
+    """Revoke the token named ``name`` (idempotent; its first revocation time is kept) under
+    the write context ``ctx``; its record, or None if there is no such token."""
     rec = await pool.fetchrow(
         f"""
-WITH upd AS (
-  UPDATE qm_tokens SET revoked_at = coalesce(revoked_at, now())
-  WHERE namespace = '' AND name = $1 RETURNING {_COLS}
-), aud AS (
-  INSERT INTO qm_audit (username, groups, verb, kind, namespace, name, uid, subresource, after)
-  SELECT qm_actor_name($2), qm_actor_groups($2), 'delete', 'Token', '', upd.name, upd.uid, '',
-         jsonb_build_object('spec', upd.spec, 'status', upd.status)
-  FROM upd WHERE $2 <> ''
-)
-SELECT * FROM upd""",
+UPDATE qm_tokens SET revoked_at = coalesce(revoked_at, now())
+WHERE namespace = '' AND name = $1 AND {with_context("$2")} RETURNING {_COLS}""",
         name,
-        by,
+        text_of(None if ctx is None else ctx.defaults(verb="delete")),
     )
     return None if rec is None else _obj(rec)
 

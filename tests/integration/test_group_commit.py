@@ -1,6 +1,6 @@
-"""Group commit against real PostgreSQL: concurrent audited writes through one ``Store`` go in
-shared statements, and each still gets exactly the answer and the audit row it would get
-alone."""
+"""Group commit against real PostgreSQL: concurrent writes with a write context through one
+``Store`` go in shared statements, and each still gets exactly the answer and the history row
+(with its own context) it would get alone."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from pools import pool_on
 
 from app.core import errors
+from app.core.audit import WriteContext
 from app.core.kinds import BY_KIND
 from app.store.store import Store
 
@@ -52,10 +53,16 @@ async def created(store: Store, prefix: str, n: int) -> list[tuple[str, int]]:
     return out
 
 
+def by(who: str, verb: str | None = None) -> WriteContext:
+    return WriteContext(principal=who, request_id=f"req-{who}", verb=verb)
+
+
 async def audit_rows(pool: asyncpg.Pool, prefix: str) -> list[asyncpg.Record]:
+    """The history's update rows of the leases named ``prefix-*``."""
     return await pool.fetch(
-        "SELECT username, verb, name, subresource, before, after FROM qm_audit"
-        " WHERE kind = 'Lease' AND namespace = $1 AND name LIKE $2 AND verb <> 'create'"
+        "SELECT principal AS username, request_id, verb, name, coalesce(subresource, '')"
+        " AS subresource, before, after FROM qm_history"
+        " WHERE kind = 'Lease' AND namespace = $1 AND name LIKE $2 AND op = 'update'"
         " ORDER BY id",
         NS,
         f"{prefix}-%",
@@ -71,7 +78,7 @@ async def test_racing_renewals_one_wins_per_lease_each_with_its_own_audit_row(
         obj = lease(name, f"2026-01-01T00:00:01.{hash(who) % 1000000:06d}Z")
         obj["spec"]["holderIdentity"] = who
         try:
-            return await store.update(LEASE, obj, expected, actor=who, verb="update")
+            return await store.update(LEASE, obj, expected, by(who, "update"))
         except errors.Conflict:
             return "conflict"
 
@@ -93,12 +100,13 @@ async def test_racing_renewals_one_wins_per_lease_each_with_its_own_audit_row(
     for row in rows:
         w = winners[row["name"]]
         assert row["username"] == w.row["spec"]["holderIdentity"]
+        assert row["request_id"] == f"req-{row['username']}"  # each row its own writer's
         assert (row["verb"], row["subresource"]) == ("update", "")
         before, after = row["before"], row["after"]
         assert "qm_ord" not in before and "qm_ord" not in after
         assert before["row_version"] == dict(leases)[row["name"]]
         assert after["row_version"] == w.row_version > before["row_version"]
-        assert after["spec"] == w.row["spec"] and after["labels"] == {"n": row["name"]}
+        assert after["spec"] == w.row["spec"] and "labels" not in after  # changed fields only
         assert set(before) == set(after)
     current = await store.get(LEASE, NS, leases[0][0])
     assert current.row_version == winners[leases[0][0]].row_version
@@ -114,7 +122,7 @@ async def test_status_writes_batch_too_and_a_missing_object_is_not_found(
         obj = lease(name)
         obj["status"] = {"seen": name}
         try:
-            return await store.update_status(LEASE, obj, expected, actor="agent", verb="patch")
+            return await store.update_status(LEASE, obj, expected, by("agent", "patch"))
         except errors.NotFound:
             return "not found"
 
@@ -136,10 +144,11 @@ async def test_a_write_the_database_refuses_fails_alone_and_the_others_commit(
 
     async def renew(name: str, expected: int) -> Any:
         obj = lease(name, "2026-01-01T00:00:02.000000Z")
+        obj["spec"]["holderIdentity"] = "agent"  # a new holder: recorded, not summarised
         if name == bad:
             obj["spec"]["note"] = "nul \x00 here"  # jsonb refuses \u0000
         try:
-            return await store.update(LEASE, obj, expected, actor="agent")
+            return await store.update(LEASE, obj, expected, by("agent"))
         except asyncpg.PostgresError as exc:
             return exc
 

@@ -29,6 +29,9 @@ Order and rules:
    announces exists, plus one Event per failure worth telling (``workers.outcome``), and the
    evicted pods' Events if the plan asks for them; one statement.
 
+Every write carries the controller's write context (``workers.context``): principal
+``system:controller:<name>``, the reconcile's id, and what the step does as its reason.
+
 Every failure on the way is classified by ``workers.outcome.failure_of`` and carried in the
 outcome; only errors outside the taxonomy (bugs) propagate. The task
 (``workers.tasks.reconcile``) turns the outcome into a retry, a timed look and metrics.
@@ -48,6 +51,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core.admission import admit
+from app.core.audit import WriteContext
 from app.core.controllers.plan import Note, Outcome, Plan, is_at_most_one
 from app.core.errors import AlreadyExists, Conflict, Failure, NotFound, StatusError
 from app.core.kinds import BY_KIND, Kind
@@ -55,11 +59,23 @@ from app.core.names import generate_name, max_name_length
 from app.store.disruption import mark_disruption_targets
 from app.store.events import EventNote, ObjectRef, record_events
 from app.store.store import Store, Stored
+from workers.context import write_context
 from workers.outcome import failure_note, failure_of
 from workers.policy import police
-from workers.runtime import creating
+from workers.runtime import creating, creating_store
 
-ACTOR = "system:quaymaster-controller"
+# The principal name (``system:controller:<name>``) of each owner kind's controller.
+NAMES = {
+    "ReplicaSet": "replicaset-controller",
+    "Deployment": "deployment-controller",
+    "PodDisruptionBudget": "disruption-controller",
+    "Job": "job-controller",
+    "CronJob": "cronjob-controller",
+    "ResourceQuota": "resourcequota-controller",
+    "Node": "reclaim-controller",
+    "Namespace": "namespace-controller",
+    "Service": "endpointslice-controller",
+}
 COMPONENT = "quaymaster-controller"  # the Events' source when the shell names none
 POD = BY_KIND["Pod"]
 CREATED = "SuccessfulCreate"
@@ -76,8 +92,9 @@ class Created:
     failure: Failure | None = None
 
 
-# Creates the plan's children of one kind; must not raise a StatusError (report it instead).
-Creator = Callable[[Store, Kind, list[Obj]], Awaitable[Created]]
+# Creates the plan's children of one kind under a write context; must not raise a StatusError
+# (report it instead).
+Creator = Callable[[Store, Kind, list[Obj], WriteContext], Awaitable[Created]]
 
 
 def named(kind: Kind, obj: Obj) -> Obj:
@@ -106,14 +123,16 @@ async def fencing_epoch(store: Store) -> int:
     return int(await store.pool.fetchval("SELECT pg_current_xact_id()::text::bigint"))
 
 
-async def insert(store: Store, kind: Kind, batch: list[Obj]) -> tuple[list[Stored], Failure | None]:
+async def insert(
+    store: Store, kind: Kind, batch: list[Obj], ctx: WriteContext | None = None
+) -> tuple[list[Stored], Failure | None]:
     """Insert admitted ``batch`` in one statement. A quota refuses a batch whole, so a refused
     batch is halved until a part fits; returns what was made and the first refusal. Names
     that exist already are skipped by the store (a replay creates nothing twice)."""
     refused: Failure | None = None
     while batch:
         try:
-            return await store.create_many(kind, batch), refused
+            return await store.create_many(kind, batch, ctx), refused
         except AlreadyExists:
             return [], refused
         except StatusError as exc:
@@ -134,13 +153,13 @@ async def admit_children(store: Store, kind: Kind, objs: list[Obj]) -> list[Obj]
     return admitted
 
 
-async def create_children(store: Store, kind: Kind, objs: list[Obj]) -> Created:
+async def create_children(store: Store, kind: Kind, objs: list[Obj], ctx: WriteContext) -> Created:
     """The default ``Creator``: full admission of every child, then one statement."""
     try:
         admitted = await admit_children(store, kind, [named(kind, dict(o)) for o in objs])
     except StatusError as exc:  # a template admission rejects: no child of it can be made
         return Created(0, failure_of(exc))
-    made, failure = await insert(store, kind, admitted)
+    made, failure = await insert(store, kind, admitted, ctx)
     return Created(len(made), failure)
 
 
@@ -151,19 +170,21 @@ async def apply_plan(
     *,
     now: float | None = None,
     creators: dict[str, Creator] | None = None,
-    actor: str = ACTOR,
-    status_actor: str | None = None,
+    controller: str | None = None,
     component: str = COMPONENT,
 ) -> Outcome:
     """Apply ``plan`` for ``owner``; what happened, failures included (see the module).
-    ``status_actor`` writes the status through the audited path under that name (``None``:
-    the plain statement); ``component`` signs the Events."""
+    ``controller`` names the writer (default: the owner kind's controller, ``NAMES``);
+    ``component`` signs the Events."""
+    who = controller or NAMES.get(owner.kind.kind, f"{owner.kind.kind.lower()}-controller")
+    of = f"{owner.kind.kind} {_key(owner)}"
     wall = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     failures: list[Failure] = []
     notes: list[Note] = []
     status_written, gone = False, False
     if plan.status_first and plan.status is not None:
-        status_written, gone = await _status(store, owner, plan, status_actor, failures, notes)
+        ctx = write_context(who, f"status of {of}")
+        status_written, gone = await _status(store, owner, plan, ctx, failures, notes)
         if not status_written:  # lost a race or gone: the rest was planned from stale facts
             await _record(store, owner, notes, wall, component)
             return Outcome(failures=tuple(failures), gone=gone)
@@ -172,8 +193,9 @@ async def apply_plan(
     for kind_name, objs in _by_kind(plan.creates).items():
         kind = BY_KIND[kind_name]
         create = (creators or {}).get(kind_name, create_children)
+        ctx = write_context(who, f"create {len(objs)} {kind.plural} for {of}")
         with creating():
-            step = await create(store, kind, objs)
+            step = await create(await creating_store(store), kind, objs, ctx)
         created += step.made
         if step.failure is not None:
             failures.append(step.failure)
@@ -181,9 +203,8 @@ async def apply_plan(
     deleted = 0
     for d in plan.deletes:
         try:
-            await store.delete(
-                BY_KIND[d.kind], d.namespace, d.name, expected_uid=d.uid, actor=actor
-            )
+            ctx = write_context(who, f"delete {d.kind} {d.namespace}/{d.name} planned for {of}")
+            await store.delete(BY_KIND[d.kind], d.namespace, d.name, expected_uid=d.uid, ctx=ctx)
             deleted += 1
         except (NotFound, Conflict):
             pass  # gone already, or the name is another object's now: nothing of ours to delete
@@ -193,15 +214,18 @@ async def apply_plan(
         kind = BY_KIND[obj["kind"]]
         expected = int(obj["metadata"]["resourceVersion"])
         try:
-            written = await store.update(kind, admit(kind, dict(obj), None), expected, actor=actor)
+            ctx = write_context(who, f"update {kind.kind} {obj['metadata']['name']} for {of}")
+            written = await store.update(kind, admit(kind, dict(obj), None), expected, ctx)
         except StatusError as exc:
             failures += _failed(exc, notes, "update", kind, obj["metadata"]["name"])
             continue
         if written.kind == owner.kind and written.uid == owner.uid:
             owner = written  # the status is conditional on the version this update wrote
     if not plan.status_first and not (failures and plan.status_assumes_writes):
-        status_written, gone = await _status(store, owner, plan, status_actor, failures, notes)
-    deleted_pods, pod_notes = await _evict(store, plan, wall, actor, failures, notes, component)
+        ctx = write_context(who, f"status of {of}")
+        status_written, gone = await _status(store, owner, plan, ctx, failures, notes)
+    ctx = write_context(who, f"evict for {of}: {plan.eviction_reason}")
+    deleted_pods, pod_notes = await _evict(store, plan, wall, ctx, failures, notes, component)
     deleted += deleted_pods
     wanted = len(plan.creates)
     events = [n for n in plan.events if n.reason != CREATED or (created == wanted and wanted)]
@@ -217,7 +241,7 @@ async def _status(
     store: Store,
     owner: Stored,
     plan: Plan,
-    actor: str | None,
+    ctx: WriteContext,
     failures: list[Failure],
     notes: list[Note],
 ) -> tuple[bool, bool]:
@@ -227,7 +251,7 @@ async def _status(
     image = dict(owner.obj)
     image["status"] = plan.status
     try:
-        await store.update_status(owner.kind, image, owner.row_version, actor=actor)
+        await store.update_status(owner.kind, image, owner.row_version, ctx)
     except NotFound:
         return False, True
     except StatusError as exc:
@@ -240,7 +264,7 @@ async def _evict(
     store: Store,
     plan: Plan,
     wall: datetime,
-    actor: str,
+    ctx: WriteContext,
     failures: list[Failure],
     notes: list[Note],
     component: str,
@@ -251,13 +275,13 @@ async def _evict(
     if not plan.evictions:
         return 0, []
     marks = [(e.uid, e.message) for e in plan.evictions if e.mark]
-    await mark_disruption_targets(store.pool, marks, plan.eviction_reason, wall)
+    await mark_disruption_targets(store.pool, marks, plan.eviction_reason, wall, ctx)
     deleted = 0
     for e in plan.evictions:
         try:
             await store.delete(
                 POD, e.namespace, e.name, grace_seconds=e.grace_seconds, expected_uid=e.uid,
-                actor=actor,
+                ctx=ctx,
             )  # fmt: skip
             deleted += 1
         except (NotFound, Conflict):
@@ -290,6 +314,11 @@ def _by_kind(objs: tuple[Obj, ...]) -> dict[str, list[Obj]]:
     for obj in objs:
         out.setdefault(obj["kind"], []).append(obj)
     return out
+
+
+def _key(owner: Stored) -> str:
+    ns, name = owner.row["namespace"], owner.row["name"]
+    return f"{ns}/{name}" if ns else name
 
 
 def _shown(obj: Obj) -> str:

@@ -24,7 +24,6 @@ from workers.runtime import Runtime, key_text
 SERVICE = BY_KIND["Service"]
 SLICE = BY_KIND["EndpointSlice"]
 POD = BY_KIND["Pod"]
-ACTOR = "system:quaymaster-endpointslice-controller"
 COMPONENT = "endpointslice-controller"
 
 
@@ -42,7 +41,7 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             pods = [p.obj for p in await _rows(store, POD, _PODS, namespace, selector)]
         zones = await _zones(store, pods)
         plan = endpointslice.reconcile(with_version(service), pods, slices, zones, now)
-        return await apply_plan(store, service, plan, now=now, actor=ACTOR, component=COMPONENT)
+        return await apply_plan(store, service, plan, now=now, component=COMPONENT)
 
 
 # The service's slices by the promoted, indexed ``service_name`` column; its pods by the GIN

@@ -19,10 +19,11 @@ from app.core.errors import Failure
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.store import collect, sql
 from app.store.store import Stored
+from workers.context import write_context
 from workers.controllers.sweep import sweep
 from workers.runtime import Runtime, key_text
 
-ACTOR = "system:quaymaster-garbage-collector"
+NAME = "garbage-collector"  # its principal: system:controller:<NAME>
 KIND = "Garbage"
 NAMESPACED: list[Kind] = [k for k in KINDS if k.namespaced]
 
@@ -52,8 +53,9 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             async def read(k: Kind) -> list[core.Candidate]:
                 return await collect.dependents(store.pool, k, uid, scope)
 
+            ctx = write_context(NAME, f"dependents of {kind.kind} {uid} ({what.name.lower()})")
             out = await sweep(store.pool, NAMESPACED if scope is not None else KINDS, read,
-                              ACTOR, owner_uid=uid)  # fmt: skip
+                              ctx, owner_uid=uid)  # fmt: skip
             left = 0 if out.more or what is core.Intent.COLLECT else None
             if left is None:
                 left = await collect.dependents_left(store.pool, uid)
@@ -61,7 +63,8 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
             failures = tuple(out.failures)
         plan = core.after_sweep(what, swept)
         if plan.finish:
-            await store.finish_deletion(kind, uid, actor=ACTOR)
+            done = write_context(NAME, f"dependents of {kind.kind} {uid} are gone")
+            await store.finish_deletion(kind, uid, ctx=done)
         return Outcome(failures=failures, requeue_after=plan.requeue_after)
 
 

@@ -19,6 +19,7 @@ import os
 import random
 from typing import Any
 
+from app.core.audit import WriteContext
 from app.core.controllers import job as core
 from app.core.controllers.plan import Note, Outcome
 from app.core.errors import NotFound, StatusError
@@ -88,7 +89,9 @@ def stamp(admitted: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def create_pods(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> Created:
+async def create_pods(
+    store: Store, kind: Kind, pods: list[dict[str, Any]], ctx: WriteContext
+) -> Created:
     """The Job's ``Creator``: the plan's pods in up to ``CREATE_STREAMS`` statements at once.
 
     Most of an insert's time is spent in PostgreSQL (the pods table's row triggers), so the
@@ -100,7 +103,7 @@ async def create_pods(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> C
         return Created(0)
     size = max(MIN_CHUNK, -(-len(pods) // CREATE_STREAMS))
     chunks = [pods[i : i + size] for i in range(0, len(pods), size)]
-    results = await asyncio.gather(*(_create_chunk(store, kind, c) for c in chunks),
+    results = await asyncio.gather(*(_create_chunk(store, kind, c, ctx) for c in chunks),
                                    return_exceptions=True)  # fmt: skip
     for r in results:
         if isinstance(r, BaseException):
@@ -110,7 +113,9 @@ async def create_pods(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> C
     return Created(sum(r.made for r in done), failure)
 
 
-async def _create_chunk(store: Store, kind: Kind, pods: list[dict[str, Any]]) -> Created:
+async def _create_chunk(
+    store: Store, kind: Kind, pods: list[dict[str, Any]], ctx: WriteContext
+) -> Created:
     first = dict(pods[0])
     first["metadata"] = {**first["metadata"], "name": "x"}  # any valid name: replaced below
     try:
@@ -122,7 +127,7 @@ async def _create_chunk(store: Store, kind: Kind, pods: list[dict[str, Any]]) ->
     created = 0
     for _ in range(NAME_ATTEMPTS):
         objs = [stamp(admitted, p) for p in todo]
-        made, failure = await insert(store, kind, objs)
+        made, failure = await insert(store, kind, objs, ctx)
         created += len(made)
         if failure is not None:
             return Created(created, failure)

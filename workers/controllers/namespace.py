@@ -19,11 +19,12 @@ from app.core.errors import AlreadyExists, NotFound
 from app.core.kinds import BY_KIND, KINDS, Kind
 from app.store import collect
 from app.store.store import Store
+from workers.context import write_context
 from workers.controllers.apply import apply_plan
 from workers.controllers.sweep import sweep
 from workers.runtime import Runtime, key_text
 
-ACTOR = "system:quaymaster-namespace-controller"
+NAME = "namespace-controller"  # its principal: system:controller:<NAME>
 NS = BY_KIND["Namespace"]
 SA = BY_KIND["ServiceAccount"]
 DEFAULT_ACCOUNT = "default"
@@ -47,14 +48,15 @@ async def reconcile_key(rt: Runtime, namespace: str, name: str, now: float) -> O
         async def read(kind: Kind) -> list[Candidate]:
             return await collect.contents(store.pool, kind, name)
 
-        swept = await sweep(store.pool, ORDER, read, ACTOR)
+        swept = await sweep(store.pool, ORDER, read, write_context(NAME, f"empty namespace {name}"))
         by_kind, by_finalizer = await collect.left_in_namespace(store.pool, name)
         contents = core.Contents(dict(by_kind), dict(by_finalizer), swept.more, swept.messages)
         plan = core.reconcile(ns.obj, contents, now)
         status = Plan(status=plan.status, requeue_after=plan.requeue_after)
-        outcome = await apply_plan(store, ns, status, now=now, actor=ACTOR)
+        outcome = await apply_plan(store, ns, status, now=now, controller=NAME)
         if plan.finalize and outcome.ok:
-            await store.finish_deletion(NS, ns.uid, drop=core.NAMESPACE_CONTENTS, actor=ACTOR)
+            done = write_context(NAME, f"namespace {name} is empty")
+            await store.finish_deletion(NS, ns.uid, drop=core.NAMESPACE_CONTENTS, ctx=done)
         return outcome.merge(Outcome(failures=tuple(swept.failures)))
 
 
@@ -68,5 +70,5 @@ async def ensure_default_account(store: Store, namespace: str) -> None:
             await store.create(
                 SA,
                 {"metadata": {"name": DEFAULT_ACCOUNT, "namespace": namespace}},
-                actor=ACTOR,
+                ctx=write_context(NAME, "every active namespace has a default account"),
             )

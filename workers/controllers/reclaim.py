@@ -41,7 +41,7 @@ from workers.runtime import Runtime, key_text
 
 log = logging.getLogger(__name__)
 NODE = BY_KIND["Node"]
-ACTOR = "system:quaymaster-reclaim"
+NAME = "reclaim-controller"  # its principal: system:controller:<NAME>
 COMPONENT = "quaymaster-reclaim"
 REASON = "EvictionByReclaim"  # the DisruptionTarget condition's reason
 RACE_RETRY_SECONDS = CONFLICT_RETRY_SECONDS  # the lost race is a conflict, retried this soon
@@ -171,7 +171,7 @@ async def apply_reclaim(store: Store, node: Stored, plan: core.ReclaimPlan, now:
     """Write the figure, then evict (``workers.controllers.apply``); a lost race comes back as
     a conflict, retried in ``RACE_RETRY_SECONDS``."""
     outcome = await apply_plan(
-        store, node, plan_of(plan), now=now, actor=ACTOR, status_actor=ACTOR, component=COMPONENT
+        store, node, plan_of(plan), now=now, controller=NAME, component=COMPONENT
     )
     name = node.row["name"]
     if outcome.status_written:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from app.core.audit import WriteContext
 from app.core.controllers.garbage import BATCH, Candidate, split
 from app.core.errors import Failure
 from app.core.kinds import Kind
@@ -44,7 +45,7 @@ async def sweep(
     pool: asyncpg.Pool,
     kinds: Sequence[Kind],
     read: Read,
-    actor: str,
+    ctx: WriteContext,
     owner_uid: str = "",
     budget: float = BUDGET_SECONDS,
     clock: Callable[[], float] = time.monotonic,
@@ -62,7 +63,7 @@ async def sweep(
             if not found:
                 break
             try:
-                changed = await collect.apply(pool, kind, split(found), actor, owner_uid)
+                changed = await collect.apply(pool, kind, split(found), ctx, owner_uid)
             except asyncpg.PostgresError as exc:
                 failure = failure_of(exc)
                 assert failure is not None  # database errors are temporary

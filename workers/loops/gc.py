@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from app.core import errors
 from app.core.kinds import KINDS, Kind
 from app.store.sql import owner_exists
-from workers.controllers.garbage import ACTOR
+from workers.context import write_context
+from workers.controllers.garbage import NAME
 from workers.loops import Context
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,9 @@ class OrphanCollector:
                 if key not in self._suspects:
                     continue
                 with contextlib.suppress(errors.NotFound, errors.Conflict):
+                    why = write_context(NAME, "orphan: no owner it names exists")
                     await ctx.store.delete(
-                        kind, r["namespace"], r["name"], expected_uid=r["uid"], actor=ACTOR
+                        kind, r["namespace"], r["name"], expected_uid=r["uid"], ctx=why
                     )
                     deleted += 1
                     log.info("collected orphan %s %s/%s", kind.kind, r["namespace"], r["name"])

@@ -46,12 +46,13 @@ from app.store import sql
 from app.store.disruption import NODE_LIFECYCLE
 from app.store.store import Stored
 from workers import metrics
+from workers.context import write_context
 from workers.controllers.apply import apply_plan, with_version
 from workers.loops import Context
 from workers.outcome import failure_of
 
 log = logging.getLogger(__name__)
-ACTOR = "system:quaymaster-node-lifecycle"
+NAME = "node-lifecycle-controller"  # its principal: system:controller:<NAME>
 COMPONENT = "quaymaster-node-lifecycle"
 LEASE_NAMESPACE = "quaymaster-node-lease"
 NODE = BY_KIND["Node"]
@@ -283,8 +284,7 @@ class NodeLifecycle:
 
     async def _apply_plan(self, ctx: Context, node: Stored, plan: Plan, wall: datetime) -> Outcome:
         outcome = await apply_plan(
-            ctx.store, node, plan, now=wall.timestamp(), actor=ACTOR, status_actor=ACTOR,
-            component=COMPONENT,
+            ctx.store, node, plan, now=wall.timestamp(), controller=NAME, component=COMPONENT,
         )  # fmt: skip
         for f in outcome.failures:  # lost a race, gone, or refused: looked at again next tick
             log.info("node %s: %s: %s", node.row["name"], f.kind.value, f.message)
@@ -307,8 +307,9 @@ class NodeLifecycle:
             spec["epoch"] = (epoch if isinstance(epoch, int) else 0) + 1
             obj["spec"] = spec
             written = await ctx.store.update(
-                LEASE, admit(LEASE, obj, current.obj), lease["row_version"], actor=ACTOR
-            )
+                LEASE, admit(LEASE, obj, current.obj), lease["row_version"],
+                write_context(NAME, f"fence the lease of silent node {name}"),
+            )  # fmt: skip
         except NotFound:
             return None
         except StatusError as exc:
