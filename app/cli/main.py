@@ -21,6 +21,8 @@ from app.core.kinds import BY_KIND, Kind
 
 from . import printers
 from .apply import PROPAGATION, run_apply, run_delete
+from .audit import add_parsers as add_audit_parsers
+from .audit import run as run_audit
 from .auth import COMMANDS as AUTH_COMMANDS
 from .auth import add_parsers as add_auth_parsers
 from .bootstrap import COMMANDS as BOOTSTRAP_COMMANDS
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_token_parsers(sub, common)
     add_auth_parsers(sub, common)
     add_db_parsers(sub, common)
+    add_audit_parsers(sub, common)
     return parser
 
 
@@ -208,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "db":  # talks to the database, not the API
         return run_db(args)
+    if args.command == "audit":  # so does this one
+        return run_audit(args)
     try:
         config = load_config(
             getattr(args, "server", None),

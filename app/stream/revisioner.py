@@ -34,6 +34,7 @@ import psycopg2.extras
 
 from app.core.kinds import BY_KIND, BY_TABLE, Kind
 from app.core.objects import COLUMNS, render
+from app.store.history import Sealer
 from app.stream.log import LogEntry
 from app.stream.logwriter import Batch, LogWriter, append, compact
 from app.stream.pgoutput import UNCHANGED, Change, Decoder, Transaction, parse_lsn
@@ -89,6 +90,7 @@ class Revisioner:
         self.last_revision = 0
         self.last_lsn = 0
         self.marks: deque[tuple[int, float]] = deque()
+        self.sealer = Sealer(dsn)
 
     # -- lifecycle -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -122,13 +124,19 @@ class Revisioner:
             compactor = threading.Thread(
                 target=self._compact_loop, args=(writer.done,), daemon=True, name="compactor"
             )
+            # The leader also chains the change history (ADR 0052), about once a second.
+            sealer = threading.Thread(
+                target=self.sealer.run, args=(writer.done,), daemon=True, name="sealer"
+            )
             writer.start()
             compactor.start()
+            sealer.start()
             try:
                 self._stream(db, writer, stop, seeded)
             finally:
                 writer.close()
                 compactor.join(timeout=5)
+                sealer.join(timeout=5)
 
     def _ensure_slot(self, db: psycopg.Connection[Any]) -> bool:
         row = db.execute(
