@@ -207,6 +207,39 @@ def check(url: str) -> list[str]:
     return lines
 
 
+COLUMNS = """
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
+       CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END,
+       col_description(c.oid, a.attnum)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND a.attnum > 0 AND NOT a.attisdropped AND c.relname <> 'alembic_version'
+ORDER BY c.relname, a.attnum
+"""
+RELATIONS = """
+SELECT c.relname || ' ' || c.relkind::text, coalesce(obj_description(c.oid, 'pg_class'), '')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND NOT c.relispartition
+  AND c.relname <> 'alembic_version'
+"""
+ROLES = "SELECT rolname, rolcanlogin, rolreplication FROM pg_roles WHERE rolname LIKE 'qm%'"
+
+
+def snapshot(conn: Connection) -> dict[str, Any]:
+    """The whole schema as plain values, to tell whether a downgrade undid its upgrade."""
+    shot: dict[str, Any] = {"roles": sorted(map(tuple, conn.execute(text(ROLES))))}
+    for sch in SCHEMAS:
+        shot[f"{sch}.columns"] = [tuple(r) for r in conn.execute(text(COLUMNS), {"schema": sch})]
+        shot[f"{sch}.relations"] = dict(map(tuple, conn.execute(text(RELATIONS), {"schema": sch})))
+    with Session(bind=conn) as sess:
+        shot.update(read_objects(sess))
+    return shot
+
+
 def revision(url: str) -> str | None:
     """The Alembic revision the database says it is at."""
     engine = create_engine(engine_url(url))

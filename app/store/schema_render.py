@@ -17,22 +17,8 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from .drift import engine_url, read_objects
+from .drift import COLUMNS, engine_url, read_objects
 from .schema_types import KIND_COLUMN_NAMES
-
-COLUMNS = """
-SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-       CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
-       CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END,
-       col_description(c.oid, a.attnum)
-FROM pg_attribute a
-JOIN pg_class c ON c.oid = a.attrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND a.attnum > 0 AND NOT a.attisdropped AND c.relname <> 'alembic_version'
-ORDER BY c.relname, a.attnum
-"""
 
 TYPE_NAMES = {"timestamp with time zone": "timestamptz", "character varying": "varchar"}
 
