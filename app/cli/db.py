@@ -21,6 +21,8 @@ from typing import Any
 
 from app.store import drift, schema_objects
 
+from .dbbackup import add_parsers as add_backup_parsers
+
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     db = sub.add_parser("db", parents=[common], help="check the database's schema (DBA)")
@@ -31,6 +33,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     check.add_argument("--url", help="database URL (default QM_MIGRATION_DATABASE_URL)")
     check.add_argument("-o", "--output", choices=["json"], help="print the result as JSON")
     check.set_defaults(db_run=run_check)
+    add_backup_parsers(verbs, common)  # qm db backup, qm db restore
 
 
 def database_url(args: argparse.Namespace) -> str | None:

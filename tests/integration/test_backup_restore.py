@@ -4,6 +4,7 @@ committed before that point (ADR 0058)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -13,11 +14,13 @@ import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+from app.cli.main import main
 from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.supervise import free_port
@@ -92,6 +95,13 @@ def _segments(archive: Path) -> list[str]:
     return sorted(p.name for p in archive.iterdir() if len(p.name) == 24)
 
 
+def _qm(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(list(argv)) == 0, capsys.readouterr().err
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
 def _server_now(url: str) -> datetime:
     with psycopg.connect(url, autocommit=True) as db:
         row = db.execute("SELECT clock_timestamp()").fetchone()
@@ -102,9 +112,9 @@ def _server_now(url: str) -> datetime:
 
 @pytest.mark.slow
 def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_after(
-    scratch: Path, redis_url: str
+    scratch: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    archive = scratch / "archive"
+    archive, backups = scratch / "archive", scratch / "backups"
     source = EmbeddedPostgres(scratch / "source", fsync=False, wal_archive=archive)
     restored = EmbeddedPostgres(scratch / "restored", fsync=False)
     token = secrets.token_urlsafe(24)
@@ -119,9 +129,9 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
             assert r.status_code == 201, r.text
             before_backup = [f"before-backup-{i}" for i in range(3)]
             _create(c, before_backup)
-            backup, info = take_backup(url, scratch / "backups")
-            assert info.verified and info.archive == str(archive)
-            assert info.schema_revision  # the schema the backup holds is named
+            taken = _qm(capsys, "db", "backup", "--url", url, "--dir", str(backups), "-o", "json")
+            assert taken["verified"] and taken["archive"] == str(archive)
+            assert taken["schema_revision"]  # the schema the backup holds is named
             before_target = [f"before-target-{i}" for i in range(3)]
             _create(c, before_target)
             target = _server_now(url)
@@ -133,8 +143,10 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
         servers.pop().stop()
         source.stop()  # the restore needs nothing of the source but its files
 
-        assert choose_backup(scratch / "backups", target) == backup
-        prepare_restore(backup, restored.data_dir, archive=archive, target=target)
+        assert choose_backup(backups, target) == Path(taken["path"])
+        restore = ["db", "restore", "--from", str(backups), "--archive", str(archive)]
+        into = ["--into", str(restored.data_dir)]
+        assert main([*restore, "--target-time", target.isoformat(), *into]) == 0
         restored_url = restored.start()  # replays to the target and promotes first
         with psycopg.connect(restored_url, autocommit=True) as db:
             assert db.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
@@ -171,6 +183,10 @@ def test_a_restore_refuses_a_target_before_the_backup_ended_and_keeps_the_newest
         second, info = take_backup(url, scratch / "backups")
         with pytest.raises(BackupError, match="precedes the end of backup"):
             prepare_restore(second, scratch / "r" / "data", archive=archive, target=early)
+        into = ["--into", str(scratch / "r" / "data"), "--archive", str(archive)]
+        assert main(["db", "restore", "--from", str(second), "--target-time", early.isoformat(),
+                     *into]) == 1  # fmt: skip
+        assert not (scratch / "r" / "data").exists()  # nothing laid out
         with pytest.raises(BackupError, match="no backup under"):
             choose_backup(scratch / "backups", early)
         assert choose_backup(scratch / "backups", None) == second
