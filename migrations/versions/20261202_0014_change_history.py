@@ -239,13 +239,14 @@ $$;
 
 -- Whether an update is a high-churn write to count instead of store. ``before``/``after`` hold
 -- only the changed columns. Promoted (generated) columns such as a pod's phase and ready or a
--- node's ready are columns of their own, so a status write that moves one is a milestone.
+-- node's ready are columns of their own, so a status write that moves one is a milestone. A
+-- lease's renewTime is in its spec, so a renewal moves its generation too.
 CREATE FUNCTION qm_history_churn(rule text, before jsonb, after jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE rule
     WHEN 'all' THEN true
     WHEN 'status' THEN (before - 'status' - 'row_version') = '{}'::jsonb
-    WHEN 'lease' THEN (before - 'spec' - 'row_version') = '{}'::jsonb
+    WHEN 'lease' THEN (before - 'spec' - 'generation' - 'row_version') = '{}'::jsonb
                       AND (before -> 'spec') - 'renewTime' = (after -> 'spec') - 'renewTime'
     WHEN 'heartbeat' THEN (before - 'renewed_at') = '{}'::jsonb
     ELSE false
@@ -374,7 +375,7 @@ BEGIN
              qm_history_str($1, 'request_id'), coalesce(qm_history_str($1, 'reason'), 'TRUNCATE'),
              coalesce(qm_history_str($1, 'verb'), 'truncate')
         FROM (SELECT qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
-    $f$, TG_TABLE_NAME, knd, key, v_dropped) USING ctx;
+    $f$, TG_TABLE_NAME, v_kind, v_key, v_dropped) USING v_ctx;
   END IF;
   RETURN NULL;
 END
