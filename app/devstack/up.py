@@ -33,6 +33,7 @@ import yaml
 from app.devstack import joins, network
 from app.devstack.kubeconfig import kubeconfig
 from app.devstack.network import NetworkPlan
+from app.devstack.pgbouncer import EmbeddedPgBouncer, pooled_env
 from app.devstack.pki import ClusterPki, cluster_pki
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.redis import EmbeddedRedis
@@ -297,6 +298,13 @@ def write_cli_config(server: str, token: str, ca_file: Path | None = None) -> Pa
     return path
 
 
+def wal_archive(state_dir: Path) -> Path | None:
+    """Where the embedded PostgreSQL copies each finished WAL segment, for ``qm db backup``'s
+    point-in-time restores (ADR 0058): ``QM_WAL_ARCHIVE``, ``off`` for nowhere."""
+    chosen = os.environ.get("QM_WAL_ARCHIVE", str(state_dir / "wal-archive"))
+    return None if chosen in ("", "0", "off") else Path(chosen)
+
+
 def stack_pki(state_dir: Path) -> ClusterPki:
     """The CA (kept across runs), the API server's certificate for the addresses clients use,
     and each local agent's for its own address and node name (ADR 0050)."""
@@ -361,6 +369,7 @@ class Stack:
     def __init__(self) -> None:
         self.postgres: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
+        self.pgbouncer: EmbeddedPgBouncer | None = None
         self.children = Supervisor()
         self.network: NetworkPlan | None = None  # the local network, once built
 
@@ -376,7 +385,9 @@ class Stack:
         database_url = os.environ.get("DATABASE_URL")
         if not database_url:
             say(f"starting PostgreSQL in {STATE_DIR / 'postgres'}")
-            self.postgres = EmbeddedPostgres(STATE_DIR / "postgres")
+            self.postgres = EmbeddedPostgres(
+                STATE_DIR / "postgres", wal_archive=wal_archive(STATE_DIR)
+            )
             database_url = self.postgres.start()
         broker_url = os.environ.get("QM_BROKER_URL")
         if not broker_url:
@@ -420,6 +431,7 @@ class Stack:
         joining = joins.write_bootstrap_tokens(database_url, agents)
         if joining:
             say(f"bootstrap tokens for {', '.join(joining)} (ADR 0045)")
+        pooled = self._start_pgbouncer(env, database_url)
 
         plan = network.plan_from_env()
         why_not = network.available()
@@ -470,6 +482,8 @@ class Stack:
             f"  API:         {api_url}\n"
             f"  API docs:    {api_url}/schema\n"
             f"  Database:    {database_url}\n"
+            f"  Backups:     qm db backup --url {database_url} --dir {STATE_DIR / 'backups'}\n"
+            f"  PgBouncer:   {pooled}\n"
             f"  Broker:      {broker_url}\n"
             f"  CLI config:  {config_path}\n"
             f"  kubeconfig:  {kubeconfig_path}  (kubectl --kubeconfig {kubeconfig_path} get pods)\n"
@@ -491,6 +505,18 @@ class Stack:
                 return 1
             time.sleep(0.5)
 
+    def _start_pgbouncer(self, env: dict[str, str], direct_url: str) -> str:
+        """PgBouncer in front of the embedded PostgreSQL (ADR 0057): requests go through it
+        as ``qm_app``; the stream and the migrations stay direct. Not with a ``DATABASE_URL``
+        of your own, nor with ``QM_PGBOUNCER=0``."""
+        if self.postgres is None or env.get("QM_PGBOUNCER") in ("0", "false"):
+            return "off (requests connect directly)"
+        say(f"starting PgBouncer in {STATE_DIR / 'pgbouncer'}")
+        self.pgbouncer = EmbeddedPgBouncer(STATE_DIR / "pgbouncer", self.postgres.port)
+        self.pgbouncer.start()
+        env.update(pooled_env(direct_url, self.pgbouncer))
+        return f"{env['DATABASE_URL']}  (admin: {env['QM_PGBOUNCER_ADMIN_URL']})"
+
     def shutdown(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -500,6 +526,9 @@ class Stack:
         if self.network is not None:
             say(f"removing the local network ({self.network.bridge})")
             network.teardown(self.network)
+        if self.pgbouncer is not None:
+            say("stopping PgBouncer")
+            self.pgbouncer.stop()
         if self.redis is not None:
             say("stopping Redis")
             self.redis.stop()
