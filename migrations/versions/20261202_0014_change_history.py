@@ -690,6 +690,7 @@ GRANT EXECUTE ON FUNCTION qm_history_seal(integer), qm_history_verify(), qm_hist
   TO qm_app;
 GRANT EXECUTE ON FUNCTION qm_history_verify(), qm_history_status(),
   qm_history_archive(timestamptz), qm_history_drop_archived(text, text) TO qm_archivist;
+GRANT SELECT ON qm_history_anchors TO qm_archivist;
 """
 
 # Partitions for every month the legacy audit rows cover, this month and the next two; the
