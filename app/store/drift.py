@@ -34,7 +34,8 @@ from . import schema_objects
 from .schema import SCHEMAS, metadata
 
 # What ``schema_objects.py`` records, by group; each maps an identity to its definition.
-GROUPS = ("functions", "triggers", "views", "policies", "grants", "indexes", "publications")
+GROUPS = ("functions", "triggers", "views", "policies", "grants", "settings", "indexes",
+          "publications")  # fmt: skip
 
 # What Alembic itself compares; the entity types alembic-utils adds are compared below.
 TABLE_LEVEL = {"schema", "table", "column", "index", "unique_constraint", "foreign_key_constraint"}
@@ -47,6 +48,16 @@ WHERE i.schemaname = :schema AND NOT c.relispartition AND i.tablename <> 'alembi
 """
 PUBLISHED = "SELECT pubname, schemaname, tablename FROM pg_publication_tables"
 PARTITIONS = "SELECT c.relname FROM pg_class c WHERE c.relispartition"
+# Row security and storage or view options (security_invoker, fillfactor) of each relation.
+SETTINGS = """
+SELECT c.relname, concat_ws('; ',
+         CASE WHEN c.relrowsecurity THEN 'row security' END,
+         CASE WHEN c.relforcerowsecurity THEN 'forced row security' END,
+         array_to_string(c.reloptions, ', '))
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm') AND NOT c.relispartition
+  AND (c.relrowsecurity OR c.relforcerowsecurity OR c.reloptions IS NOT NULL)
+"""
 GENERATED = """
 SELECT c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid)
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -76,23 +87,38 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
     """Functions, triggers, views, policies, index definitions and published tables of the
     given schema (default: every schema the code owns), as the database prints them."""
     found: dict[str, dict[str, str]] = {group: {} for group in GROUPS}
+    # A partition's triggers, grants and policies are its parent's, cloned as months go by.
+    partitions = {r[0] for r in sess.execute(text(PARTITIONS))}
+
+    def on_partition(entity: str) -> bool:
+        return entity.rsplit(".", 1)[-1] in partitions
+
     for sch in (schema,) if schema else SCHEMAS:
         for f in PGFunction.from_database(sess, sch):
             found["functions"][_key(sch, f.signature)] = f.definition
         for t in PGTrigger.from_database(sess, sch):
-            found["triggers"][_key(sch, f"{t.signature} on {_table(t.on_entity)}")] = t.definition
+            if not on_partition(t.on_entity):
+                key = _key(sch, f"{t.signature} on {_table(t.on_entity)}")
+                found["triggers"][key] = t.definition
         for v in PGView.from_database(sess, sch):
             found["views"][_key(sch, v.signature)] = v.definition
         for p in PGPolicy.from_database(sess, sch):
-            found["policies"][_key(sch, f"{p.signature} on {_table(p.on_entity)}")] = p.definition
+            if not on_partition(p.on_entity):
+                key = _key(sch, f"{p.signature} on {_table(p.on_entity)}")
+                found["policies"][key] = p.definition
         for g in PGGrantTable.from_database(sess, sch):
+            if g.table in partitions:
+                continue
             grant = f"{g.table} to {g.role}: {g.grant.value}"
             option = " with grant option" if g.with_grant_option else ""
             found["grants"][_key(sch, grant)] = ", ".join(g.columns) + option
         for _, name, definition in sess.execute(text(INDEXES), {"schema": sch}):
             found["indexes"][_key(sch, name)] = definition
+        for name, settings in sess.execute(text(SETTINGS), {"schema": sch}):
+            found["settings"][_key(sch, name)] = settings
     for pub, sch, table in sess.execute(text(PUBLISHED)):
-        found["publications"][f"{pub}: {_key(sch, table)}"] = ""
+        if table not in partitions:
+            found["publications"][f"{pub}: {_key(sch, table)}"] = ""
     return found
 
 
@@ -105,7 +131,12 @@ def _object_drift(
 ) -> Iterator[str]:
     for group in GROUPS:
         want, have = expected[group], found[group]
-        what = group[:-1] if group != "indexes" else "index"
+        if group == "settings":
+            for key in sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k)):
+                yield (f"{key}: {have.get(key) or 'no row security or options'} in the database,"
+                       f" {want.get(key) or 'no row security or options'} in the code")  # fmt: skip
+            continue
+        what = {"indexes": "index", "policies": "policy"}.get(group, group[:-1])
         if group != "indexes":  # Alembic names the missing and extra ones already
             for key in sorted(want.keys() - have.keys()):
                 yield f"{what} {key} is missing from the database"

@@ -28,9 +28,11 @@ from sqlalchemy import (
 from .schema_types import col, kind_table
 
 # The schemas the code owns: drift in any other is none of its business.
-SCHEMAS = ("public",)
+SCHEMAS = ("public", "reporting")
 
 metadata = MetaData()
+
+# -- rendered by app.store.schema_render from a database at head; do not edit below --
 
 admissionpolicies = kind_table(
     metadata,
@@ -313,6 +315,111 @@ qm_bootstrap_tokens = Table(
     comment="One-time tokens node agents join with; only the secret's SHA-256 is kept",
 )
 
+qm_history = Table(
+    "qm_history",
+    metadata,
+    col("id", "bigint", null=False, serial=True),
+    col("at", "timestamptz", null=False, default="statement_timestamp()"),
+    col("xid", "xid8"),
+    col("table_name", "text", null=False),
+    col("kind", "text"),
+    col("namespace", "text"),
+    col("name", "text"),
+    col("uid", "uuid"),
+    col("op", "text", null=False),
+    col(
+        "before",
+        "jsonb",
+        comment="delete: the whole row; update: the old values of the top-level columns that changed",
+    ),
+    col(
+        "after",
+        "jsonb",
+        comment="insert: the whole row; update: the new values of the columns that changed; summary: the hour and the number of writes counted",
+    ),
+    col("db_role", "text"),
+    col("application_name", "text"),
+    col("principal", "text"),
+    col("groups", "text[]"),
+    col("request_id", "text"),
+    col("client_addr", "text"),
+    col("user_agent", "text"),
+    col("reason", "text"),
+    col("verb", "text"),
+    col("subresource", "text"),
+    col(
+        "summary_count",
+        "bigint",
+        comment="op = summary: how many high-churn writes of that table and namespace the hour saw",
+    ),
+    col("seq", "bigint", comment="Position in the hash chain, set once by qm_history_seal"),
+    col(
+        "hash",
+        "bytea",
+        comment="sha256(previous hash || qm_history_canon(row)), set once by qm_history_seal",
+    ),
+    PrimaryKeyConstraint("id", "at", name="qm_history_pkey"),
+    Index("qm_history_at", "at", postgresql_using="brin"),
+    Index("qm_history_object", "table_name", "namespace", "name", "at"),
+    Index(
+        "qm_history_principal", "principal", "at", postgresql_where=text("(principal IS NOT NULL)")
+    ),
+    Index("qm_history_seq", "seq", postgresql_where=text("(seq IS NOT NULL)")),
+    Index("qm_history_uid", "uid", "at", postgresql_where=text("(uid IS NOT NULL)")),
+    Index("qm_history_unsealed", "id", postgresql_where=text("(seq IS NULL)")),
+    comment="Every insert, update and delete of a state table, with who (database role and application principal), why and when; append-only, chained by SHA-256 (docs/history.md)",
+)
+
+qm_history_anchors = Table(
+    "qm_history_anchors",
+    metadata,
+    col("id", "bigint", null=False, serial=True),
+    col("last_seq", "bigint", null=False),
+    col("last_hash", "bytea", null=False),
+    col("before", "timestamptz"),
+    col("partitions", "text[]", null=False, default="'{}'::text[]"),
+    col("archived_at", "timestamptz", null=False, default="now()"),
+    col("archived_by", "text", null=False, default="SESSION_USER"),
+    col("exported", "jsonb", null=False, default="'{}'::jsonb"),
+    PrimaryKeyConstraint("id", name="qm_history_anchors_pkey"),
+    UniqueConstraint("last_seq", name="qm_history_anchors_last_seq_key"),
+    comment="Where verification starts: the genesis, then the last seq and hash of each archived batch",
+)
+
+qm_history_backfill = Table(
+    "qm_history_backfill",
+    metadata,
+    col("id", "integer", null=False, default="1"),
+    col("audit_cutoff", "bigint", null=False),
+    PrimaryKeyConstraint("id", name="qm_history_backfill_pkey"),
+)
+
+qm_history_chain = Table(
+    "qm_history_chain",
+    metadata,
+    col("id", "integer", null=False, default="1"),
+    col("last_seq", "bigint", null=False),
+    col("last_hash", "bytea", null=False),
+    col("sealed_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("id", name="qm_history_chain_pkey"),
+    comment="The tip of the hash chain: the last sealed seq and hash",
+)
+
+qm_history_tally = Table(
+    "qm_history_tally",
+    metadata,
+    col("hour", "timestamptz", null=False),
+    col("table_name", "text", null=False),
+    col("namespace", "text", null=False),
+    col("backend", "integer", null=False),
+    col("kind", "text"),
+    col("count", "bigint", null=False),
+    PrimaryKeyConstraint(
+        "hour", "table_name", "namespace", "backend", name="qm_history_tally_pkey"
+    ),
+    comment="High-churn writes counted, not stored; folded into summary rows of qm_history hourly",
+)
+
 qm_node_credentials = Table(
     "qm_node_credentials",
     metadata,
@@ -342,6 +449,17 @@ qm_revision_log = Table(
     col("committed_at", "timestamptz", null=False, default="now()"),
     PrimaryKeyConstraint("revision", name="qm_revision_log_pkey"),
     Index("qm_revision_log_uid", "uid", text("revision DESC")),
+)
+
+qm_schema_compat = Table(
+    "qm_schema_compat",
+    metadata,
+    col("schema_revision", "text", null=False),
+    col("oldest_code_revision", "text", null=False),
+    col("note", "text", null=False, default="''::text"),
+    col("recorded_at", "timestamptz", null=False, default="now()"),
+    PrimaryKeyConstraint("schema_revision", name="qm_schema_compat_pkey"),
+    comment="Per schema revision, the oldest code revision it still serves (components check at start)",
 )
 
 qm_stream_state = Table(
@@ -455,4 +573,32 @@ serviceaccounts = kind_table(
 services = kind_table(
     metadata,
     "services",
+)
+
+reporting_namespace_access = Table(
+    "namespace_access",
+    metadata,
+    col(
+        "role_name",
+        "name",
+        null=False,
+        comment="A login or group role (granted qm_reporting); never qm_reporting itself, which every reader inherits",
+    ),
+    col(
+        "namespace",
+        "text",
+        null=False,
+        comment="A namespace name, '' (cluster-scoped objects) or '*' (every namespace)",
+    ),
+    col("granted_at", "timestamptz", null=False, default="now()", comment="When the row was added"),
+    col(
+        "granted_by",
+        "name",
+        null=False,
+        default="CURRENT_USER",
+        comment="The database role that added it",
+    ),
+    PrimaryKeyConstraint("role_name", "namespace", name="namespace_access_pkey"),
+    schema="reporting",
+    comment="Which namespaces a reporting role sees: a row applies to the role it names and to every role that inherits it. namespace is a namespace name, '' for cluster-scoped objects (their history) or '*' for all. A member of qm_reporting with no row sees nothing. Kept by a DBA; a reader sees only the rows that apply to it.",
 )

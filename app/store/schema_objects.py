@@ -1,6 +1,6 @@
 """What ``alembic upgrade head`` leaves besides tables, as PostgreSQL prints it back.
 
-Written by ``python -m app.store.schema_render objects URL`` on a database at head;
+Written by ``python -m app.store.schema_render write URL`` on a database at head;
 ``qm db check`` compares a database against it (``app/store/drift.py``).
 """
 
@@ -52,6 +52,462 @@ $function$""",
  IMMUTABLE PARALLEL SAFE
 AS $function$
   SELECT qm_bigint(ceil(qm_quantity(v) * 1000))
+$function$""",
+    "qm_history_archive(before timestamp with time zone)": r"""returns SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  v_parts text[];
+  v_end timestamptz;
+  v_seq bigint;
+  v_hash bytea;
+  v_part text;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('qm_history_seal', 0));
+  SELECT array_agg(p.name ORDER BY p.name), max(p.ends) INTO v_parts, v_end
+    FROM (SELECT c.relname::text AS name,
+                 to_date(substr(c.relname, 12), 'YYYYMM')::timestamp AT TIME ZONE 'UTC'
+                   + interval '1 month' AS ends
+            FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+           WHERE i.inhparent = 'qm_history'::regclass
+             AND c.relname ~ '^qm_history_[0-9]{6}$') AS p
+   WHERE p.ends <= before;
+  IF v_parts IS NULL THEN
+    RAISE EXCEPTION 'no history partition ends at or before %', before;
+  END IF;
+  IF EXISTS (SELECT FROM qm_history AS h WHERE h.at < v_end AND h.seq IS NULL) THEN
+    RAISE EXCEPTION 'refused\: the history partitions to archive hold rows not sealed yet';
+  END IF;
+  SELECT h.seq, h.hash INTO v_seq, v_hash FROM qm_history AS h
+   WHERE h.at < v_end ORDER BY h.seq DESC LIMIT 1;
+  IF v_seq IS NULL THEN
+    RAISE EXCEPTION 'refused\: the history partitions to archive are empty; nothing to anchor';
+  END IF;
+  IF EXISTS (SELECT FROM qm_history AS h
+              WHERE h.at >= v_end AND h.seq IS NOT NULL AND h.seq < v_seq) THEN
+    RAISE EXCEPTION 'refused\: rows that stay were sealed before seq %, the last to archive',
+      v_seq;
+  END IF;
+  INSERT INTO qm_history_anchors (last_seq, last_hash, before, partitions)
+    VALUES (v_seq, v_hash, before, v_parts);
+  FOREACH v_part IN ARRAY v_parts LOOP
+    EXECUTE format('ALTER TABLE qm_history DETACH PARTITION %I', v_part);
+    EXECUTE format('GRANT SELECT ON %I TO qm_archivist', v_part);
+    RETURN NEXT v_part;
+  END LOOP;
+END
+$function$""",
+    "qm_history_canon(h qm_history)": r"""returns text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT jsonb_build_array(
+    h.seq, h.id, to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24\:MI\:SS.US"Z"'),
+    h.xid::text, h.table_name, h.kind, h.namespace, h.name, h.uid, h.op, h.before, h.after,
+    h.db_role, h.application_name, h.principal, to_jsonb(h.groups), h.request_id,
+    h.client_addr, h.user_agent, h.reason, h.verb, h.subresource, h.summary_count)::text
+$function$""",
+    "qm_history_churn(rule text, before jsonb, after jsonb)": """returns boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE rule
+    WHEN 'all' THEN true
+    WHEN 'status' THEN (before - 'status' - 'row_version') = '{}'::jsonb
+    WHEN 'lease' THEN (before - 'spec' - 'generation' - 'row_version') = '{}'::jsonb
+                      AND (before -> 'spec') - 'renewTime' = (after -> 'spec') - 'renewTime'
+    WHEN 'heartbeat' THEN (before - 'renewed_at') = '{}'::jsonb
+    ELSE false
+  END
+$function$""",
+    "qm_history_context(setting text)": r"""returns jsonb
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE
+    WHEN s IS NULL OR s = '' THEN NULL
+    WHEN NOT pg_input_is_valid(s, 'jsonb') THEN
+      jsonb_build_object('reason', 'unreadable ' || setting || '\: ' || left(s, 200))
+    ELSE CASE WHEN jsonb_typeof(s::jsonb) = 'object' THEN s::jsonb
+              ELSE jsonb_build_object('reason', 'unreadable ' || setting || '\: ' || left(s, 200))
+         END
+  END
+  FROM current_setting(setting, true) AS s
+$function$""",
+    "qm_history_drop_archived(tbl text, file_sha256 text)": r"""returns void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+BEGIN
+  IF NOT EXISTS (SELECT FROM qm_history_anchors AS a WHERE tbl = ANY (a.partitions)) THEN
+    RAISE EXCEPTION 'refused\: % is not an archived history partition', tbl;
+  END IF;
+  IF EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass(tbl)) THEN
+    RAISE EXCEPTION 'refused\: % is still attached', tbl;
+  END IF;
+  UPDATE qm_history_anchors AS a
+     SET exported = a.exported || jsonb_build_object(tbl, file_sha256)
+   WHERE tbl = ANY (a.partitions);
+  EXECUTE format('DROP TABLE IF EXISTS %I', tbl);
+END
+$function$""",
+    "qm_history_fold()": r"""returns integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  n integer;
+BEGIN
+  WITH done AS (
+    DELETE FROM qm_history_tally WHERE hour < date_trunc('hour', now(), 'UTC') RETURNING *
+  ), s AS (
+    INSERT INTO qm_history (at, xid, table_name, kind, namespace, op, after, summary_count,
+                            db_role, application_name)
+    SELECT hour, pg_current_xact_id(), table_name, min(kind), namespace, 'summary',
+           jsonb_build_object(
+             'from', to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24\:MI\:SS"Z"'),
+             'hours', 1, 'writes', sum(count)),
+           sum(count), session_user, current_setting('application_name')
+      FROM done GROUP BY hour, table_name, namespace
+    RETURNING 1
+  )
+  SELECT count(*) INTO n FROM s;
+  RETURN n;
+END
+$function$""",
+    "qm_history_groups(c jsonb)": """returns text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(c -> 'groups') = 'array'
+              THEN ARRAY(SELECT jsonb_array_elements_text(c -> 'groups')) END
+$function$""",
+    "qm_history_guard()": """returns trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF TG_OP = 'UPDATE' AND current_setting('qm.sealing', true) = 'on'
+     AND OLD.seq IS NULL AND OLD.hash IS NULL
+     AND NEW.seq IS NOT NULL AND NEW.hash IS NOT NULL
+     AND (to_jsonb(NEW) - 'seq' - 'hash') = (to_jsonb(OLD) - 'seq' - 'hash') THEN
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+    MESSAGE = format('the change history is append-only (%s on %s refused)', TG_OP, TG_TABLE_NAME);
+END
+$function$""",
+    "qm_history_image(tbl text, j jsonb, dropped text[])": r"""returns jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN tbl <> 'secrets' THEN j - dropped
+    ELSE (j - dropped)
+      || jsonb_build_object('spec', (j -> 'spec') - 'data' - 'stringData'
+           || CASE WHEN j -> 'spec' ? 'data' THEN jsonb_build_object('data', 'sha256\:'
+                || encode(sha256(convert_to((j -> 'spec' -> 'data')::text, 'UTF8')), 'hex'))
+              ELSE '{}' END
+           || CASE WHEN j -> 'spec' ? 'stringData' THEN jsonb_build_object('stringData', 'sha256\:'
+                || encode(sha256(convert_to((j -> 'spec' -> 'stringData')::text, 'UTF8')), 'hex'))
+              ELSE '{}' END)
+      || CASE WHEN j -> 'annotations' ? 'kubectl.kubernetes.io/last-applied-configuration'
+              THEN jsonb_build_object('annotations', (j -> 'annotations')
+                     - 'kubectl.kubernetes.io/last-applied-configuration')
+              ELSE '{}' END
+  END
+$function$""",
+    "qm_history_legacy_context()": """returns trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+BEGIN
+  IF coalesce(current_setting('qm.context', true), '') = '' THEN
+    PERFORM set_config('qm.contexts', (coalesce(qm_history_context('qm.contexts'), '{}')
+      || jsonb_build_object(NEW.namespace || '/' || NEW.name, jsonb_build_object(
+           'principal', NEW.username, 'groups', to_jsonb(NEW.groups), 'verb', NEW.verb,
+           'subresource', nullif(NEW.subresource, ''))))::text, true);
+  END IF;
+  RETURN NEW;
+END
+$function$""",
+    "qm_history_partition(month timestamp with time zone)": """returns text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  lo timestamptz := date_trunc('month', month, 'UTC');
+  hi timestamptz := date_trunc('month', month + interval '32 days', 'UTC');
+  part text := 'qm_history_' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMM');
+BEGIN
+  IF to_regclass(part) IS NOT NULL THEN
+    RETURN part;
+  END IF;
+  EXECUTE format('CREATE TABLE public.%I '
+                 '(LIKE qm_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+  EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (at >= %L AND at < %L)',
+                 part, part || '_range', lo, hi);
+  EXECUTE format('ALTER TABLE qm_history ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                 part, lo, hi);
+  EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part, part || '_range');
+  EXECUTE format('REVOKE ALL ON %I FROM PUBLIC', part);
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'qm_app') THEN
+    EXECUTE format('REVOKE ALL ON %I FROM qm_app', part);
+  END IF;
+  EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %I '
+                 'FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard()', part || '_guard', part);
+  EXECUTE format('ALTER TABLE %I ENABLE ALWAYS TRIGGER %I', part, part || '_guard');
+  RETURN part;
+END
+$function$""",
+    "qm_history_partitions(ahead integer DEFAULT 2)": """returns integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  made integer := 0;
+BEGIN
+  FOR i IN 0..ahead LOOP
+    IF to_regclass('qm_history_' || to_char((date_trunc('month', now(), 'UTC')
+         + make_interval(months => i)) AT TIME ZONE 'UTC', 'YYYYMM')) IS NULL THEN
+      PERFORM qm_history_partition(date_trunc('month', now(), 'UTC') + make_interval(months => i));
+      made := made + 1;
+    END IF;
+  END LOOP;
+  RETURN made;
+END
+$function$""",
+    "qm_history_record()": r"""returns trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  v_key text := TG_ARGV[0];
+  v_kind text := nullif(TG_ARGV[1], '');
+  v_rule text := TG_ARGV[2];
+  v_dropped text[] := TG_ARGV[3]::text[];
+  v_ctx jsonb := qm_history_context('qm.context');
+  v_ctxs jsonb := qm_history_context('qm.contexts');
+  v_hour timestamptz := date_trunc('hour', statement_timestamp(), 'UTC');
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    WITH r AS (
+      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             NULL::jsonb AS b, j AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.a ->> 'uid')::uuid,
+           'insert', d.b, d.a, session_user, current_setting('application_name'),
+           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
+           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
+           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
+           qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'UPDATE' THEN
+    WITH o AS (
+      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), n AS (
+      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), p AS (
+      SELECT o.j AS oj, n.j AS nj FROM o JOIN n ON (o.j -> v_key) = (n.j -> v_key)
+    ), e AS (
+      SELECT coalesce(p.nj ->> 'namespace', '') AS ns,
+             coalesce(p.nj ->> 'name', p.nj ->> v_key) AS nm, p.nj ->> 'uid' AS uid, x.b, x.a
+        FROM p CROSS JOIN LATERAL (
+          SELECT coalesce(jsonb_object_agg(f.k, f.ov), '{}') AS b,
+                 coalesce(jsonb_object_agg(f.k, f.nv), '{}') AS a
+            FROM (SELECT oe.key AS k, oe.value AS ov, ne.value AS nv
+                    FROM jsonb_each(p.oj) AS oe JOIN jsonb_each(p.nj) AS ne ON ne.key = oe.key
+                   WHERE oe.value IS DISTINCT FROM ne.value) AS f) AS x
+    ), d AS (
+      SELECT e.*, qm_history_churn(v_rule, e.b, e.a) AS churn FROM e
+    ), t AS (
+      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, d.uid::uuid,
+           'update', d.b, d.a, session_user, current_setting('application_name'),
+           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
+           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
+           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
+           qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'DELETE' THEN
+    WITH r AS (
+      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             j AS b, NULL::jsonb AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.b ->> 'uid')::uuid,
+           'delete', d.b, d.a, session_user, current_setting('application_name'),
+           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
+           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
+           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
+           qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    -- BEFORE TRUNCATE\: every row about to go is recorded as deleted.
+    EXECUTE format($f$
+      INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before,
+        db_role, application_name, principal, groups, request_id, reason, verb)
+      SELECT pg_current_xact_id(), %1$L, %2$L, coalesce(j ->> 'namespace', ''),
+             coalesce(j ->> 'name', j ->> %3$L), (j ->> 'uid')::uuid, 'delete', j,
+             session_user, current_setting('application_name'),
+             qm_history_str($1, 'principal'), qm_history_groups($1),
+             qm_history_str($1, 'request_id'), coalesce(qm_history_str($1, 'reason'), 'TRUNCATE'),
+             coalesce(qm_history_str($1, 'verb'), 'truncate')
+        FROM (SELECT qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
+    $f$, TG_TABLE_NAME, knd, key, v_dropped) USING ctx;
+  END IF;
+  RETURN NULL;
+END
+$function$""",
+    "qm_history_seal(max_rows integer DEFAULT 5000)": r"""returns integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  tip qm_history_chain;
+  r qm_history;
+  s bigint;
+  h bytea;
+  ids bigint[] := '{}';
+  ats timestamptz[] := '{}';
+  seqs bigint[] := '{}';
+  hashes bytea[] := '{}';
+  v_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+  IF NOT pg_try_advisory_xact_lock(hashtextextended('qm_history_seal', 0)) THEN
+    RETURN 0;
+  END IF;
+  IF to_regclass('qm_history_' || to_char((date_trunc('month', now(), 'UTC')
+       + interval '1 month') AT TIME ZONE 'UTC', 'YYYYMM')) IS NULL THEN
+    BEGIN
+      -- Never queue behind a long transaction\: every writer would queue behind this.
+      PERFORM set_config('lock_timeout', '200ms', true);
+      PERFORM qm_history_partitions(1);
+      PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    EXCEPTION WHEN lock_not_available THEN
+      RAISE NOTICE 'next month''s history partition not made yet\: lock not available';
+    END;
+  END IF;
+  PERFORM qm_history_fold();
+  SELECT * INTO STRICT tip FROM qm_history_chain WHERE id = 1 FOR UPDATE;
+  s := tip.last_seq;
+  h := tip.last_hash;
+  FOR r IN SELECT * FROM qm_history WHERE seq IS NULL ORDER BY id LIMIT max_rows LOOP
+    s := s + 1;
+    r.seq := s;
+    h := sha256(h || convert_to(qm_history_canon(r), 'UTF8'));
+    ids := ids || r.id;
+    ats := ats || r.at;
+    seqs := seqs || s;
+    hashes := hashes || h;
+  END LOOP;
+  IF s = tip.last_seq THEN
+    RETURN 0;
+  END IF;
+  PERFORM set_config('qm.sealing', 'on', true);
+  UPDATE qm_history AS q SET seq = u.seq, hash = u.hash
+    FROM unnest(ids, ats, seqs, hashes) AS u(id, at, seq, hash)
+   WHERE q.id = u.id AND q.at = u.at;
+  PERFORM set_config('qm.sealing', '', true);
+  UPDATE qm_history_chain SET last_seq = s, last_hash = h, sealed_at = now() WHERE id = 1;
+  RETURN s - tip.last_seq;
+END
+$function$""",
+    "qm_history_status(OUT sealed_seq bigint, OUT anchor_seq bigint, OUT unsealed bigint, OUT oldest_unsealed timestamp with time zone, OUT tip_hash text)": """returns record
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+  SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors),
+         (SELECT count(*) FROM qm_history WHERE seq IS NULL),
+         (SELECT min(at) FROM qm_history WHERE seq IS NULL),
+         encode(c.last_hash, 'hex')
+    FROM qm_history_chain AS c
+$function$""",
+    "qm_history_str(c jsonb, field text)": """returns text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(c -> field) = 'string' THEN left(c ->> field, 1024) END
+$function$""",
+    "qm_history_verify()": r"""returns TABLE(seq bigint, id bigint, at timestamp with time zone, problem text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+  WITH a AS (
+    SELECT last_seq, last_hash FROM qm_history_anchors ORDER BY last_seq DESC LIMIT 1
+  ), r AS (
+    SELECT h.seq, h.id, h.at, h.hash, qm_history_canon(h) AS c,
+           lag(h.seq) OVER w AS prev_seq, lag(h.hash) OVER w AS prev_hash
+      FROM qm_history AS h
+     WHERE h.seq > (SELECT last_seq FROM a)
+    WINDOW w AS (ORDER BY h.seq, h.id)
+  ), bad AS (
+    SELECT r.seq, r.id, r.at, CASE
+        WHEN coalesce(r.prev_seq, a.last_seq) <> r.seq - 1 THEN
+          CASE WHEN coalesce(r.prev_seq, a.last_seq) = r.seq
+               THEN 'seq ' || r.seq || ' appears twice'
+               ELSE format('rows with seq %s to %s are missing',
+                           coalesce(r.prev_seq, a.last_seq) + 1, r.seq - 1) END
+        WHEN r.hash IS DISTINCT FROM sha256(coalesce(r.prev_hash, a.last_hash)
+                                            || convert_to(r.c, 'UTF8')) THEN
+          'the row does not match its hash\: it was changed after it was sealed'
+      END AS problem
+      FROM r CROSS JOIN a
+  ), tail AS (
+    SELECT NULL::bigint AS seq, NULL::bigint AS id, NULL::timestamptz AS at,
+           format('the chain ends at seq %s but seq %s was sealed',
+                  coalesce(max(h.seq), a.last_seq), c.last_seq) AS problem
+      FROM qm_history_chain AS c CROSS JOIN a
+      LEFT JOIN qm_history AS h ON h.seq > a.last_seq
+     GROUP BY c.last_seq, a.last_seq
+    HAVING coalesce(max(h.seq), a.last_seq) < c.last_seq
+  )
+  SELECT * FROM (SELECT * FROM bad WHERE problem IS NOT NULL ORDER BY seq LIMIT 1) AS first
+  UNION ALL
+  SELECT * FROM tail
+  LIMIT 1
 $function$""",
     "qm_int(v text)": """returns integer
  LANGUAGE sql
@@ -561,77 +1017,761 @@ $function$""",
 }
 
 TRIGGERS: dict[str, str] = {
+    "admissionpolicies_history_del on admissionpolicies": """AFTER DELETE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_ins on admissionpolicies": """AFTER INSERT ON public.admissionpolicies REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_truncate on admissionpolicies": """BEFORE TRUNCATE ON public.admissionpolicies FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_upd on admissionpolicies": """AFTER UPDATE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
     "admissionpolicies_stamp on admissionpolicies": """BEFORE INSERT OR UPDATE ON public.admissionpolicies FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "clusterrolebindings_history_del on clusterrolebindings": """AFTER DELETE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_ins on clusterrolebindings": """AFTER INSERT ON public.clusterrolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_truncate on clusterrolebindings": """BEFORE TRUNCATE ON public.clusterrolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_upd on clusterrolebindings": """AFTER UPDATE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
     "clusterrolebindings_stamp on clusterrolebindings": """BEFORE INSERT OR UPDATE ON public.clusterrolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "clusterroles_history_del on clusterroles": """AFTER DELETE ON public.clusterroles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_ins on clusterroles": """AFTER INSERT ON public.clusterroles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_truncate on clusterroles": """BEFORE TRUNCATE ON public.clusterroles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_upd on clusterroles": """AFTER UPDATE ON public.clusterroles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
     "clusterroles_stamp on clusterroles": """BEFORE INSERT OR UPDATE ON public.clusterroles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "configmaps_history_del on configmaps": """AFTER DELETE ON public.configmaps REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_ins on configmaps": """AFTER INSERT ON public.configmaps REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_truncate on configmaps": """BEFORE TRUNCATE ON public.configmaps FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_upd on configmaps": """AFTER UPDATE ON public.configmaps REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
     "configmaps_stamp on configmaps": """BEFORE INSERT OR UPDATE ON public.configmaps FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "cronjobs_history_del on cronjobs": """AFTER DELETE ON public.cronjobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_ins on cronjobs": """AFTER INSERT ON public.cronjobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_truncate on cronjobs": """BEFORE TRUNCATE ON public.cronjobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_upd on cronjobs": """AFTER UPDATE ON public.cronjobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
     "cronjobs_stamp on cronjobs": """BEFORE INSERT OR UPDATE ON public.cronjobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "deployments_history_del on deployments": """AFTER DELETE ON public.deployments REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_ins on deployments": """AFTER INSERT ON public.deployments REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_truncate on deployments": """BEFORE TRUNCATE ON public.deployments FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_upd on deployments": """AFTER UPDATE ON public.deployments REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
     "deployments_stamp on deployments": """BEFORE INSERT OR UPDATE ON public.deployments FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "endpointslices_history_del on endpointslices": """AFTER DELETE ON public.endpointslices REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_ins on endpointslices": """AFTER INSERT ON public.endpointslices REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_truncate on endpointslices": """BEFORE TRUNCATE ON public.endpointslices FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_upd on endpointslices": """AFTER UPDATE ON public.endpointslices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
     "endpointslices_stamp on endpointslices": """BEFORE INSERT OR UPDATE ON public.endpointslices FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "events_history_del on events": """AFTER DELETE ON public.events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_ins on events": """AFTER INSERT ON public.events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_truncate on events": """BEFORE TRUNCATE ON public.events FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_upd on events": """AFTER UPDATE ON public.events REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
     "events_stamp on events": """BEFORE INSERT OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "jobs_history_del on jobs": """AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_ins on jobs": """AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_truncate on jobs": """BEFORE TRUNCATE ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_upd on jobs": """AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
     "jobs_stamp on jobs": """BEFORE INSERT OR UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "leases_history_del on leases": """AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_ins on leases": """AFTER INSERT ON public.leases REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_truncate on leases": """BEFORE TRUNCATE ON public.leases FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_upd on leases": """AFTER UPDATE ON public.leases REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
     "leases_stamp on leases": """BEFORE INSERT OR UPDATE ON public.leases FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "namespaces_history_del on namespaces": """AFTER DELETE ON public.namespaces REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_ins on namespaces": """AFTER INSERT ON public.namespaces REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_truncate on namespaces": """BEFORE TRUNCATE ON public.namespaces FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_upd on namespaces": """AFTER UPDATE ON public.namespaces REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
     "namespaces_stamp on namespaces": """BEFORE INSERT OR UPDATE ON public.namespaces FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "nodes_allocation_insert on nodes": """AFTER INSERT ON public.nodes FOR EACH ROW WHEN ((new.namespace = ''::text)) EXECUTE FUNCTION qm_nodes_allocation()""",
+    "nodes_history_del on nodes": """AFTER DELETE ON public.nodes REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_ins on nodes": """AFTER INSERT ON public.nodes REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_truncate on nodes": """BEFORE TRUNCATE ON public.nodes FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_upd on nodes": """AFTER UPDATE ON public.nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
     "nodes_revoke_credentials on nodes": """AFTER DELETE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_revoke_credentials_on_deletion on nodes": """AFTER UPDATE OF deletion_timestamp ON public.nodes FOR EACH ROW WHEN (((old.deletion_timestamp IS NULL) AND (new.deletion_timestamp IS NOT NULL))) EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_stamp on nodes": """BEFORE INSERT OR UPDATE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "poddisruptionbudgets_history_del on poddisruptionbudgets": """AFTER DELETE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_ins on poddisruptionbudgets": """AFTER INSERT ON public.poddisruptionbudgets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_truncate on poddisruptionbudgets": """BEFORE TRUNCATE ON public.poddisruptionbudgets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_upd on poddisruptionbudgets": """AFTER UPDATE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
     "poddisruptionbudgets_stamp on poddisruptionbudgets": """BEFORE INSERT OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "pods_allocation_delete on pods": """AFTER DELETE ON public.pods FOR EACH ROW WHEN (((old.node_name IS NOT NULL) AND (COALESCE(old.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_allocation_insert on pods": """AFTER INSERT ON public.pods FOR EACH ROW WHEN (((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_allocation_update on pods": """AFTER UPDATE ON public.pods FOR EACH ROW WHEN (((((old.node_name IS NOT NULL) AND (COALESCE(old.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text]))) <> ((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) OR ((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])) AND ((old.node_name <> new.node_name) OR (old.req_cpu_milli <> new.req_cpu_milli) OR (old.req_memory_bytes <> new.req_memory_bytes) OR (old.req_gpu <> new.req_gpu))))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_derived_insert on pods": """BEFORE INSERT ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_pod_derived()""",
     "pods_derived_update on pods": """BEFORE UPDATE OF spec ON public.pods FOR EACH ROW WHEN ((((old.spec -> 'containers'::text) IS DISTINCT FROM (new.spec -> 'containers'::text)) OR ((old.spec -> 'initContainers'::text) IS DISTINCT FROM (new.spec -> 'initContainers'::text)) OR ((old.spec -> 'priorityClassName'::text) IS DISTINCT FROM (new.spec -> 'priorityClassName'::text)) OR ((old.spec -> 'activeDeadlineSeconds'::text) IS DISTINCT FROM (new.spec -> 'activeDeadlineSeconds'::text)) OR ((old.spec -> 'affinity'::text) IS DISTINCT FROM (new.spec -> 'affinity'::text)) OR (((old.spec ->> 'nodeName'::text) IS NULL) AND ((new.spec ->> 'nodeName'::text) IS NOT NULL)))) EXECUTE FUNCTION qm_pod_derived()""",
+    "pods_history_del on pods": """AFTER DELETE ON public.pods REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_ins on pods": """AFTER INSERT ON public.pods REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_truncate on pods": """BEFORE TRUNCATE ON public.pods FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_upd on pods": """AFTER UPDATE ON public.pods REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
     "pods_stamp on pods": """BEFORE INSERT OR UPDATE ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "priorityclasses_history_del on priorityclasses": """AFTER DELETE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_ins on priorityclasses": """AFTER INSERT ON public.priorityclasses REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_truncate on priorityclasses": """BEFORE TRUNCATE ON public.priorityclasses FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_upd on priorityclasses": """AFTER UPDATE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
     "priorityclasses_stamp on priorityclasses": """BEFORE INSERT OR UPDATE ON public.priorityclasses FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "qm_api_servers_history_del on qm_api_servers": """AFTER DELETE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_ins on qm_api_servers": """AFTER INSERT ON public.qm_api_servers REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_truncate on qm_api_servers": """BEFORE TRUNCATE ON public.qm_api_servers FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_upd on qm_api_servers": """AFTER UPDATE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
     "qm_audit_append_only on qm_audit": """BEFORE DELETE OR UPDATE ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_refuse_change()""",
+    "qm_audit_history_context on qm_audit": """BEFORE INSERT ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_history_legacy_context()""",
     "qm_audit_no_truncate on qm_audit": """BEFORE TRUNCATE ON public.qm_audit FOR EACH STATEMENT EXECUTE FUNCTION qm_refuse_change()""",
+    "qm_bootstrap_tokens_history_del on qm_bootstrap_tokens": """AFTER DELETE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_ins on qm_bootstrap_tokens": """AFTER INSERT ON public.qm_bootstrap_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_truncate on qm_bootstrap_tokens": """BEFORE TRUNCATE ON public.qm_bootstrap_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_upd on qm_bootstrap_tokens": """AFTER UPDATE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_history_append_only on qm_history": """BEFORE DELETE OR UPDATE ON public.qm_history FOR EACH ROW EXECUTE FUNCTION qm_history_guard()""",
+    "qm_history_no_truncate on qm_history": """BEFORE TRUNCATE ON public.qm_history FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard()""",
+    "qm_node_credentials_history_del on qm_node_credentials": """AFTER DELETE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_ins on qm_node_credentials": """AFTER INSERT ON public.qm_node_credentials REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_truncate on qm_node_credentials": """BEFORE TRUNCATE ON public.qm_node_credentials FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_upd on qm_node_credentials": """AFTER UPDATE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_tokens_history_del on qm_tokens": """AFTER DELETE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_ins on qm_tokens": """AFTER INSERT ON public.qm_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_truncate on qm_tokens": """BEFORE TRUNCATE ON public.qm_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_upd on qm_tokens": """AFTER UPDATE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
     "qm_tokens_object on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_token_object()""",
     "qm_tokens_stamp on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "replicasets_history_del on replicasets": """AFTER DELETE ON public.replicasets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_ins on replicasets": """AFTER INSERT ON public.replicasets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_truncate on replicasets": """BEFORE TRUNCATE ON public.replicasets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_upd on replicasets": """AFTER UPDATE ON public.replicasets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_stamp on replicasets": """BEFORE INSERT OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "resourcequotas_history_del on resourcequotas": """AFTER DELETE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_ins on resourcequotas": """AFTER INSERT ON public.resourcequotas REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_truncate on resourcequotas": """BEFORE TRUNCATE ON public.resourcequotas FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_upd on resourcequotas": """AFTER UPDATE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_stamp on resourcequotas": """BEFORE INSERT OR UPDATE ON public.resourcequotas FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "rolebindings_history_del on rolebindings": """AFTER DELETE ON public.rolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_ins on rolebindings": """AFTER INSERT ON public.rolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_truncate on rolebindings": """BEFORE TRUNCATE ON public.rolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_upd on rolebindings": """AFTER UPDATE ON public.rolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
     "rolebindings_stamp on rolebindings": """BEFORE INSERT OR UPDATE ON public.rolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "roles_history_del on roles": """AFTER DELETE ON public.roles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_ins on roles": """AFTER INSERT ON public.roles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_truncate on roles": """BEFORE TRUNCATE ON public.roles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_upd on roles": """AFTER UPDATE ON public.roles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
     "roles_stamp on roles": """BEFORE INSERT OR UPDATE ON public.roles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "secrets_history_del on secrets": """AFTER DELETE ON public.secrets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_ins on secrets": """AFTER INSERT ON public.secrets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_truncate on secrets": """BEFORE TRUNCATE ON public.secrets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_upd on secrets": """AFTER UPDATE ON public.secrets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
     "secrets_stamp on secrets": """BEFORE INSERT OR UPDATE ON public.secrets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "service_ip_range_history_del on service_ip_range": """AFTER DELETE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_ins on service_ip_range": """AFTER INSERT ON public.service_ip_range REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_truncate on service_ip_range": """BEFORE TRUNCATE ON public.service_ip_range FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_upd on service_ip_range": """AFTER UPDATE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ips_history_del on service_ips": """AFTER DELETE ON public.service_ips REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_ins on service_ips": """AFTER INSERT ON public.service_ips REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_truncate on service_ips": """BEFORE TRUNCATE ON public.service_ips FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_upd on service_ips": """AFTER UPDATE ON public.service_ips REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "serviceaccounts_history_del on serviceaccounts": """AFTER DELETE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_ins on serviceaccounts": """AFTER INSERT ON public.serviceaccounts REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_truncate on serviceaccounts": """BEFORE TRUNCATE ON public.serviceaccounts FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_upd on serviceaccounts": """AFTER UPDATE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
     "serviceaccounts_revoke on serviceaccounts": """BEFORE DELETE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_revoke_service_account_tokens()""",
     "serviceaccounts_stamp on serviceaccounts": """BEFORE INSERT OR UPDATE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "services_history_del on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_ins on services": """AFTER INSERT ON public.services REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_truncate on services": """BEFORE TRUNCATE ON public.services FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_upd on services": """AFTER UPDATE ON public.services REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
     "services_ip_insert on services": """BEFORE INSERT ON public.services FOR EACH ROW EXECUTE FUNCTION qm_service_ips_assign()""",
     "services_ip_release on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION qm_service_ips_release()""",
     "services_ip_update on services": """BEFORE UPDATE OF spec ON public.services FOR EACH ROW WHEN ((((old.spec -> 'clusterIP'::text) IS DISTINCT FROM (new.spec -> 'clusterIP'::text)) OR ((old.spec -> 'clusterIPs'::text) IS DISTINCT FROM (new.spec -> 'clusterIPs'::text)) OR ((old.spec -> 'type'::text) IS DISTINCT FROM (new.spec -> 'type'::text)))) EXECUTE FUNCTION qm_service_ips_assign()""",
     "services_stamp on services": """BEFORE INSERT OR UPDATE ON public.services FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
 }
 
-VIEWS: dict[str, str] = {}
+VIEWS: dict[str, str] = {
+    "reporting.allocation": """SELECT p.namespace,
+    COALESCE((ns.labels ->> 'quaymaster.io/team'::text), p.namespace) AS team,
+    n.zone,
+    p.node_name,
+    n.machine_class,
+    count(*) AS pods,
+    count(*) FILTER (WHERE (p.priority >= 1000)) AS production_pods,
+    (sum(p.req_cpu_milli))::bigint AS cpu_milli,
+    (sum(p.req_memory_bytes))::bigint AS memory_bytes,
+    (sum(p.req_gpu))::bigint AS gpu
+   FROM ((pods p
+     LEFT JOIN namespaces ns ON ((ns.name = p.namespace)))
+     LEFT JOIN nodes n ON (((n.namespace = ''::text) AND (n.name = p.node_name))))
+  WHERE ((p.node_name IS NOT NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))
+  GROUP BY p.namespace, COALESCE((ns.labels ->> 'quaymaster.io/team'::text), p.namespace), n.zone, p.node_name, n.machine_class""",
+    "reporting.change_summaries": """SELECT at,
+    table_name,
+    kind,
+    namespace,
+    summary_count AS writes,
+    after AS detail,
+    seq,
+    (hash IS NOT NULL) AS sealed
+   FROM qm_history h
+  WHERE (op = 'summary'::text)""",
+    "reporting.changes": """SELECT id,
+    at,
+    kind,
+    table_name,
+    namespace,
+    name,
+    uid,
+    op,
+        CASE
+            WHEN (op = 'update'::text) THEN ARRAY( SELECT jsonb_object_keys(COALESCE(h.after, '{}'::jsonb)) AS jsonb_object_keys
+              ORDER BY (jsonb_object_keys(COALESCE(h.after, '{}'::jsonb))))
+            ELSE NULL::text[]
+        END AS changed_fields,
+    principal,
+    groups,
+    reason,
+    request_id,
+    verb,
+    subresource,
+    client_addr,
+    user_agent,
+    db_role,
+    application_name,
+    before,
+    after,
+    (xid)::text AS xid,
+    seq,
+    (hash IS NOT NULL) AS sealed
+   FROM qm_history h
+  WHERE (op <> 'summary'::text)""",
+    "reporting.disruption_budget_blocks": """SELECT b.namespace,
+    b.name AS budget,
+    b.uid AS budget_uid,
+    (b.spec -> 'minAvailable'::text) AS min_available,
+    (b.spec -> 'maxUnavailable'::text) AS max_unavailable,
+    qm_int((b.status ->> 'expectedPods'::text)) AS expected_pods,
+    qm_int((b.status ->> 'currentHealthy'::text)) AS current_healthy,
+    qm_int((b.status ->> 'desiredHealthy'::text)) AS desired_healthy,
+    qm_int((b.status ->> 'disruptionsAllowed'::text)) AS disruptions_allowed,
+    (COALESCE(qm_int((b.status ->> 'disruptionsAllowed'::text)), 0) = 0) AS blocking,
+    COALESCE(e.refusals, (0)::bigint) AS refused_evictions,
+    e.last_refused,
+    e.message AS last_message
+   FROM (poddisruptionbudgets b
+     LEFT JOIN LATERAL ( SELECT sum(COALESCE(qm_int((v.spec ->> 'count'::text)), 1)) AS refusals,
+            max((v.spec ->> 'lastTimestamp'::text)) AS last_refused,
+            (array_agg((v.spec ->> 'message'::text) ORDER BY (v.spec ->> 'lastTimestamp'::text) DESC))[1] AS message
+           FROM events v
+          WHERE ((v.namespace = b.namespace) AND (v.involved_uid = (b.uid)::text) AND (v.reason = 'EvictionBlocked'::text))) e ON (true))""",
+    "reporting.evictions": """WITH taken AS (
+         SELECT DISTINCT ON (h.uid) h.uid,
+            h.namespace,
+            h.name,
+            COALESCE((h.after ->> 'node_name'::text), (h.before ->> 'node_name'::text)) AS node,
+            jsonb_path_query_first(COALESCE(h.after, h.before), '$."status"."conditions"[*]?(@."type" == "DisruptionTarget" && @."status" == "True")'::jsonpath) AS cond
+           FROM qm_history h
+          WHERE ((h.table_name = 'pods'::text) AND (((h.op = 'update'::text) AND jsonb_path_exists(h.after, '$."status"."conditions"[*]?(@."type" == "DisruptionTarget" && @."status" == "True")'::jsonpath)) OR ((h.op = 'delete'::text) AND jsonb_path_exists(h.before, '$."status"."conditions"[*]?(@."type" == "DisruptionTarget" && @."status" == "True")'::jsonpath))))
+          ORDER BY h.uid, h.at, h.id
+        ), candidates AS (
+         SELECT t.uid,
+            t.namespace,
+            t.name,
+            COALESCE(t.node, p.node_name) AS node,
+            t.cond
+           FROM (taken t
+             LEFT JOIN pods p ON ((p.uid = t.uid)))
+        UNION ALL
+         SELECT p.uid,
+            p.namespace,
+            p.name,
+            p.node_name,
+            jsonb_path_query_first(p.status, '$."conditions"[*]?(@."type" == "DisruptionTarget" && @."status" == "True")'::jsonpath) AS jsonb_path_query_first
+           FROM pods p
+          WHERE (jsonb_path_exists(p.status, '$."conditions"[*]?(@."type" == "DisruptionTarget" && @."status" == "True")'::jsonpath) AND (NOT (EXISTS ( SELECT 1
+                   FROM taken t
+                  WHERE (t.uid = p.uid)))))
+        )
+ SELECT c.namespace,
+    c.name AS pod,
+    c.uid AS pod_uid,
+    w.at AS evicted_at,
+    c.node,
+    (c.cond ->> 'reason'::text) AS cause,
+    (c.cond ->> 'message'::text) AS message,
+    w.principal,
+    w.reason,
+    w.request_id,
+    w.db_role
+   FROM (candidates c
+     LEFT JOIN LATERAL ( SELECT x.at,
+            x.principal,
+            x.reason,
+            x.request_id,
+            x.db_role
+           FROM qm_history x
+          WHERE ((x.table_name = 'pods'::text) AND (x.uid = c.uid) AND ((x.op = 'delete'::text) OR ((x.op = 'update'::text) AND ((x.after ->> 'deletion_timestamp'::text) IS NOT NULL) AND ((x.before ->> 'deletion_timestamp'::text) IS NULL))))
+          ORDER BY x.at, x.id
+         LIMIT 1) w ON (true))""",
+    "reporting.node_capacity": """WITH held AS (
+         SELECT p.node_name,
+            count(*) AS pods,
+            (sum(p.req_cpu_milli))::bigint AS cpu_milli,
+            (sum(p.req_memory_bytes))::bigint AS memory_bytes,
+            (sum(p.req_gpu))::bigint AS gpu
+           FROM pods p
+          WHERE ((p.node_name IS NOT NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))
+          GROUP BY p.node_name
+        )
+ SELECT n.name AS node,
+    n.zone,
+    n.machine_class,
+    n.ready,
+    n.unschedulable,
+    n.alloc_cpu_milli,
+    n.alloc_memory_bytes,
+    n.alloc_gpu,
+    COALESCE(h.pods, (0)::bigint) AS pods,
+    COALESCE(h.cpu_milli, (0)::bigint) AS requested_cpu_milli,
+    COALESCE(h.memory_bytes, (0)::bigint) AS requested_memory_bytes,
+    COALESCE(h.gpu, (0)::bigint) AS requested_gpu,
+    round(((COALESCE(h.cpu_milli, (0)::bigint))::numeric / (NULLIF(n.alloc_cpu_milli, 0))::numeric), 4) AS cpu_fraction,
+    round(((COALESCE(h.memory_bytes, (0)::bigint))::numeric / (NULLIF(n.alloc_memory_bytes, 0))::numeric), 4) AS memory_fraction,
+    n.batch_cpu_milli,
+    n.batch_memory_bytes
+   FROM (nodes n
+     LEFT JOIN held h ON ((h.node_name = n.name)))
+  WHERE (n.namespace = ''::text)""",
+    "reporting.node_failures": """SELECT h.name AS node,
+    h.uid AS node_uid,
+    h.at AS failed_at,
+    (jsonb_path_query_first((h.after -> 'status'::text), '$."conditions"[*]?(@."type" == "Ready")'::jsonpath) ->> 'status'::text) AS ready_status,
+    (jsonb_path_query_first((h.after -> 'status'::text), '$."conditions"[*]?(@."type" == "Ready")'::jsonpath) ->> 'reason'::text) AS condition_reason,
+    r.at AS recovered_at,
+    (EXTRACT(epoch FROM (COALESCE(r.at, now()) - h.at)))::bigint AS down_seconds,
+    h.principal,
+    h.reason,
+    h.db_role
+   FROM (qm_history h
+     LEFT JOIN LATERAL ( SELECT x.at
+           FROM qm_history x
+          WHERE ((x.table_name = 'nodes'::text) AND (x.uid = h.uid) AND (x.op = 'update'::text) AND (x.at >= h.at) AND (x.id <> h.id) AND (x.after ? 'status'::text) AND qm_condition_true((x.after -> 'status'::text), 'Ready'::text))
+          ORDER BY x.at, x.id
+         LIMIT 1) r ON (true))
+  WHERE ((h.table_name = 'nodes'::text) AND (h.op = 'update'::text) AND (h.after ? 'status'::text) AND qm_condition_true((h.before -> 'status'::text), 'Ready'::text) AND (NOT qm_condition_true((h.after -> 'status'::text), 'Ready'::text)))""",
+    "reporting.pending_pods": """SELECT p.namespace,
+    p.name,
+    p.uid,
+    p.priority,
+    p.node_name,
+    p.creation_timestamp AS created,
+    (EXTRACT(epoch FROM (now() - p.creation_timestamp)))::bigint AS age_seconds,
+        CASE
+            WHEN (p.node_name IS NOT NULL) THEN 'WaitingForNode'::text
+            ELSE COALESCE((c.c ->> 'reason'::text), 'NotYetScheduled'::text)
+        END AS reason,
+    (c.c ->> 'message'::text) AS message
+   FROM (pods p
+     LEFT JOIN LATERAL jsonb_path_query_first(p.status, '$."conditions"[*]?(@."type" == "PodScheduled" && @."status" == "False")'::jsonpath) c(c) ON (true))
+  WHERE ((COALESCE(p.phase, 'Pending'::text) = 'Pending'::text) AND (p.deletion_timestamp IS NULL))""",
+    "reporting.pending_pods_by_reason": """SELECT namespace,
+    reason,
+    count(*) AS pods,
+    max(age_seconds) AS oldest_seconds,
+    percentile_disc((0.5)::double precision) WITHIN GROUP (ORDER BY age_seconds) AS median_seconds,
+    count(*) FILTER (WHERE (age_seconds < 60)) AS under_1m,
+    count(*) FILTER (WHERE ((age_seconds >= 60) AND (age_seconds < 600))) AS from_1m_to_10m,
+    count(*) FILTER (WHERE ((age_seconds >= 600) AND (age_seconds < 3600))) AS from_10m_to_1h,
+    count(*) FILTER (WHERE (age_seconds >= 3600)) AS over_1h
+   FROM reporting.pending_pods
+  GROUP BY namespace, reason""",
+    "reporting.quota_usage": """SELECT q.namespace,
+    q.name AS quota,
+    h.key AS resource,
+    (h.value #>> '{}'::text[]) AS hard,
+    ((q.status -> 'used'::text) ->> h.key) AS used,
+    qm_quantity((h.value #>> '{}'::text[])) AS hard_amount,
+    qm_quantity(((q.status -> 'used'::text) ->> h.key)) AS used_amount,
+    round((qm_quantity(((q.status -> 'used'::text) ->> h.key)) / NULLIF(qm_quantity((h.value #>> '{}'::text[])), (0)::numeric)), 4) AS used_fraction
+   FROM resourcequotas q,
+    LATERAL jsonb_each(
+        CASE
+            WHEN (jsonb_typeof((q.spec -> 'hard'::text)) = 'object'::text) THEN (q.spec -> 'hard'::text)
+            ELSE '{}'::jsonb
+        END) h(key, value)""",
+    "reporting.rollout_changes": """SELECT at,
+    namespace,
+    name AS deployment,
+    uid AS deployment_uid,
+        CASE op
+            WHEN 'insert'::text THEN 'created'::text
+            WHEN 'delete'::text THEN 'deleted'::text
+            WHEN 'update'::text THEN
+            CASE
+                WHEN (((after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((before -> 'spec'::text) -> 'template'::text)) THEN 'template'::text
+                ELSE 'scale'::text
+            END
+            ELSE NULL::text
+        END AS change,
+    ((before -> 'spec'::text) -> 'replicas'::text) AS replicas_before,
+    ((after -> 'spec'::text) -> 'replicas'::text) AS replicas_after,
+    principal,
+    reason,
+    request_id,
+    verb,
+    subresource,
+    db_role,
+    id AS history_id
+   FROM qm_history h
+  WHERE ((table_name = 'deployments'::text) AND (op = ANY (ARRAY['insert'::text, 'delete'::text, 'update'::text])) AND ((op <> 'update'::text) OR ((after ? 'spec'::text) AND ((((after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((before -> 'spec'::text) -> 'template'::text)) OR (((after -> 'spec'::text) -> 'replicas'::text) IS DISTINCT FROM ((before -> 'spec'::text) -> 'replicas'::text))))))""",
+    "reporting.rollout_history": """SELECT d.namespace,
+    d.name AS deployment,
+    d.uid AS deployment_uid,
+    qm_int((rs.annotations ->> 'deployment.kubernetes.io/revision'::text)) AS revision,
+    rs.name AS replicaset,
+    rs.creation_timestamp AS created,
+    (rs.annotations ->> 'kubernetes.io/change-cause'::text) AS change_cause,
+    COALESCE(qm_int((rs.spec ->> 'replicas'::text)), 0) AS replicas,
+    COALESCE(qm_int((rs.status ->> 'readyReplicas'::text)), 0) AS ready_replicas,
+    (qm_int((rs.annotations ->> 'deployment.kubernetes.io/revision'::text)) = max(qm_int((rs.annotations ->> 'deployment.kubernetes.io/revision'::text))) OVER (PARTITION BY d.uid)) AS current,
+    h.at AS changed_at,
+    h.principal AS changed_by,
+    h.reason,
+    h.request_id,
+    h.db_role
+   FROM ((deployments d
+     JOIN replicasets rs ON (((rs.namespace = d.namespace) AND (rs.owner_references @> jsonb_build_array(jsonb_build_object('uid', (d.uid)::text))))))
+     LEFT JOIN LATERAL ( SELECT x.at,
+            x.principal,
+            x.reason,
+            x.request_id,
+            x.db_role
+           FROM qm_history x
+          WHERE ((x.table_name = 'deployments'::text) AND (x.uid = d.uid) AND (x.at <= rs.creation_timestamp) AND ((x.op = 'insert'::text) OR ((x.op = 'update'::text) AND (x.after ? 'spec'::text) AND (((x.after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((x.before -> 'spec'::text) -> 'template'::text)))))
+          ORDER BY x.at DESC, x.id DESC
+         LIMIT 1) h ON (true))""",
+    "reporting.workloads": """WITH owned AS (
+         SELECT (o.value ->> 'uid'::text) AS owner_uid,
+            count(*) FILTER (WHERE ((p.deletion_timestamp IS NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) AS live,
+            count(*) FILTER (WHERE ((p.deletion_timestamp IS NULL) AND p.ready)) AS ready
+           FROM pods p,
+            LATERAL jsonb_array_elements(
+                CASE
+                    WHEN (jsonb_typeof(p.owner_references) = 'array'::text) THEN p.owner_references
+                    ELSE '[]'::jsonb
+                END) o(value)
+          GROUP BY (o.value ->> 'uid'::text)
+        ), by_deployment AS (
+         SELECT (o.value ->> 'uid'::text) AS owner_uid,
+            sum(w.live) AS live,
+            sum(w.ready) AS ready
+           FROM ((replicasets rs
+             CROSS JOIN LATERAL jsonb_array_elements(
+                CASE
+                    WHEN (jsonb_typeof(rs.owner_references) = 'array'::text) THEN rs.owner_references
+                    ELSE '[]'::jsonb
+                END) o(value))
+             JOIN owned w ON ((w.owner_uid = (rs.uid)::text)))
+          GROUP BY (o.value ->> 'uid'::text)
+        ), workloads AS (
+         SELECT 'Deployment'::text AS kind,
+            d.namespace,
+            d.name,
+            d.uid,
+            d.creation_timestamp,
+            d.generation,
+            qm_int((d.status ->> 'observedGeneration'::text)) AS observed_generation,
+            COALESCE(qm_int((d.spec ->> 'replicas'::text)), 1) AS desired,
+            COALESCE(qm_int((d.status ->> 'replicas'::text)), 0) AS current,
+            COALESCE(qm_int((d.status ->> 'updatedReplicas'::text)), 0) AS updated,
+            COALESCE(qm_int((d.status ->> 'readyReplicas'::text)), 0) AS ready,
+            COALESCE(qm_int((d.status ->> 'availableReplicas'::text)), 0) AS available,
+            NULL::integer AS succeeded,
+            NULL::integer AS failed,
+            COALESCE(b.live, (0)::numeric) AS live_pods,
+            COALESCE(b.ready, (0)::numeric) AS ready_pods
+           FROM (deployments d
+             LEFT JOIN by_deployment b ON ((b.owner_uid = (d.uid)::text)))
+        UNION ALL
+         SELECT 'ReplicaSet'::text,
+            r.namespace,
+            r.name,
+            r.uid,
+            r.creation_timestamp,
+            r.generation,
+            qm_int((r.status ->> 'observedGeneration'::text)) AS qm_int,
+            COALESCE(qm_int((r.spec ->> 'replicas'::text)), 1) AS "coalesce",
+            COALESCE(qm_int((r.status ->> 'replicas'::text)), 0) AS "coalesce",
+            NULL::integer,
+            COALESCE(qm_int((r.status ->> 'readyReplicas'::text)), 0) AS "coalesce",
+            COALESCE(qm_int((r.status ->> 'availableReplicas'::text)), 0) AS "coalesce",
+            NULL::integer,
+            NULL::integer,
+            COALESCE(w.live, (0)::bigint) AS "coalesce",
+            COALESCE(w.ready, (0)::bigint) AS "coalesce"
+           FROM (replicasets r
+             LEFT JOIN owned w ON ((w.owner_uid = (r.uid)::text)))
+        UNION ALL
+         SELECT 'Job'::text,
+            j.namespace,
+            j.name,
+            j.uid,
+            j.creation_timestamp,
+            j.generation,
+            NULL::integer,
+            COALESCE(qm_int((j.spec ->> 'completions'::text)), qm_int((j.spec ->> 'parallelism'::text)), 1) AS "coalesce",
+            COALESCE(qm_int((j.status ->> 'active'::text)), 0) AS "coalesce",
+            NULL::integer,
+            COALESCE(qm_int((j.status ->> 'ready'::text)), 0) AS "coalesce",
+            NULL::integer,
+            COALESCE(qm_int((j.status ->> 'succeeded'::text)), 0) AS "coalesce",
+            COALESCE(qm_int((j.status ->> 'failed'::text)), 0) AS "coalesce",
+            COALESCE(w.live, (0)::bigint) AS "coalesce",
+            COALESCE(w.ready, (0)::bigint) AS "coalesce"
+           FROM (jobs j
+             LEFT JOIN owned w ON ((w.owner_uid = (j.uid)::text)))
+        )
+ SELECT kind,
+    namespace,
+    name,
+    uid,
+    creation_timestamp AS created,
+    generation,
+    observed_generation,
+    desired,
+    current,
+    updated,
+    ready,
+    available,
+    succeeded,
+    failed,
+    live_pods,
+    ready_pods,
+        CASE
+            WHEN (kind = 'Job'::text) THEN (succeeded >= desired)
+            ELSE ((ready = desired) AND (current = desired) AND COALESCE((observed_generation >= generation), false))
+        END AS converged
+   FROM workloads""",
+}
 
-POLICIES: dict[str, str] = {}
+POLICIES: dict[str, str] = {
+    "deployments_everyone on deployments": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "deployments_reporting on deployments": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "events_everyone on events": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "events_reporting on events": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "jobs_everyone on jobs": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "jobs_reporting on jobs": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "namespaces_everyone on namespaces": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "namespaces_reporting on namespaces": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (name IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "poddisruptionbudgets_everyone on poddisruptionbudgets": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "poddisruptionbudgets_reporting on poddisruptionbudgets": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "pods_everyone on pods": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "pods_reporting on pods": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "qm_history_everyone on qm_history": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "qm_history_reporting on qm_history": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "qm_history_reporting_secrets on qm_history": """as RESTRICTIVE for SELECT to qm_reporting using ((table_name IS DISTINCT FROM 'secrets'::text) OR (NOT (COALESCE(((before -> 'annotations'::text) ? 'kubectl.kubernetes.io/last-applied-configuration'::text), false) OR COALESCE((jsonb_typeof(((before -> 'spec'::text) -> 'data'::text)) = 'object'::text), false) OR COALESCE((jsonb_typeof(((before -> 'spec'::text) -> 'stringData'::text)) = 'object'::text), false) OR COALESCE(((after -> 'annotations'::text) ? 'kubectl.kubernetes.io/last-applied-configuration'::text), false) OR COALESCE((jsonb_typeof(((after -> 'spec'::text) -> 'data'::text)) = 'object'::text), false) OR COALESCE((jsonb_typeof(((after -> 'spec'::text) -> 'stringData'::text)) = 'object'::text), false))))""",
+    "replicasets_everyone on replicasets": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "replicasets_reporting on replicasets": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "reporting.namespace_access_own on reporting.namespace_access": """as PERMISSIVE for SELECT to qm_reporting using (role_name IN ( SELECT r.rolname
+   FROM pg_roles r
+  WHERE pg_has_role(CURRENT_USER, r.oid, 'USAGE'::text)))""",
+    "resourcequotas_everyone on resourcequotas": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "resourcequotas_reporting on resourcequotas": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+}
 
 GRANTS: dict[str, str] = {
-    "admissionpolicies to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "clusterrolebindings to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "clusterroles to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "configmaps to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "cronjobs to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "deployments to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "endpointslices to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, service_name, spec, status, uid""",
-    "events to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, event_type, finalizers, generate_name, generation, involved_kind, involved_name, involved_uid, labels, name, namespace, owner_references, reason, row_version, spec, status, uid""",
-    "jobs to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "leases to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, holder_identity, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "namespaces to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, phase, row_version, spec, status, uid""",
-    "nodes to qm_reporting: SELECT": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, alloc_pods, annotations, batch_cpu_milli, batch_memory_bytes, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, machine_class, name, namespace, owner_references, ready, row_version, spec, status, uid, unschedulable, zone""",
-    "poddisruptionbudgets to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "pods to qm_reporting: SELECT": """annotations, bound_at, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, node_name, owner_references, phase, priority, quota_best_effort, quota_cpu_milli, quota_cross_namespace, quota_gpu, quota_limit_cpu_milli, quota_limit_memory_bytes, quota_memory_bytes, quota_priority_class, quota_terminating, ready, req_cpu_milli, req_gpu, req_memory_bytes, row_version, scheduler_name, spec, status, uid""",
-    "priorityclasses to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "qm_api_servers to qm_reporting: SELECT": """id, renewed_at, started_at""",
-    "qm_audit to qm_reporting: SELECT": """after, at, before, groups, id, kind, name, namespace, subresource, uid, username, verb""",
-    "qm_node_credentials to qm_reporting: SELECT": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
-    "replicasets to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "resourcequotas to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "rolebindings to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "roles to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "service_ip_range to qm_reporting: SELECT": """cidr, id, quarantine, updated_at""",
-    "service_ips to qm_reporting: SELECT": """allocated_at, ip, name, namespace, released_at, service_uid""",
-    "serviceaccounts to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
-    "services to qm_reporting: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "admissionpolicies to qm_app: DELETE": """""",
+    "admissionpolicies to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "admissionpolicies to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "admissionpolicies to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "alembic_version to qm_app: SELECT": """version_num""",
+    "clusterrolebindings to qm_app: DELETE": """""",
+    "clusterrolebindings to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterrolebindings to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterrolebindings to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterroles to qm_app: DELETE": """""",
+    "clusterroles to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterroles to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterroles to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "configmaps to qm_app: DELETE": """""",
+    "configmaps to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "configmaps to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "configmaps to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "cronjobs to qm_app: DELETE": """""",
+    "cronjobs to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "cronjobs to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "cronjobs to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "deployments to qm_app: DELETE": """""",
+    "deployments to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "deployments to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "deployments to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "deployments to qm_reporting: SELECT": """creation_timestamp, generation, name, namespace, spec, status, uid""",
+    "endpointslices to qm_app: DELETE": """""",
+    "endpointslices to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, service_name, spec, status, uid""",
+    "endpointslices to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, service_name, spec, status, uid""",
+    "endpointslices to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, service_name, spec, status, uid""",
+    "events to qm_app: DELETE": """""",
+    "events to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, event_type, finalizers, generate_name, generation, involved_kind, involved_name, involved_uid, labels, name, namespace, owner_references, reason, row_version, spec, status, uid""",
+    "events to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, event_type, finalizers, generate_name, generation, involved_kind, involved_name, involved_uid, labels, name, namespace, owner_references, reason, row_version, spec, status, uid""",
+    "events to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, event_type, finalizers, generate_name, generation, involved_kind, involved_name, involved_uid, labels, name, namespace, owner_references, reason, row_version, spec, status, uid""",
+    "events to qm_reporting: SELECT": """involved_uid, namespace, reason, spec""",
+    "jobs to qm_app: DELETE": """""",
+    "jobs to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "jobs to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "jobs to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "jobs to qm_reporting: SELECT": """creation_timestamp, generation, name, namespace, spec, status, uid""",
+    "leases to qm_app: DELETE": """""",
+    "leases to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, holder_identity, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "leases to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, holder_identity, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "leases to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, holder_identity, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "namespaces to qm_app: DELETE": """""",
+    "namespaces to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, phase, row_version, spec, status, uid""",
+    "namespaces to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, phase, row_version, spec, status, uid""",
+    "namespaces to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, phase, row_version, spec, status, uid""",
+    "namespaces to qm_reporting: SELECT": """creation_timestamp, labels, name, phase, uid""",
+    "nodes to qm_app: DELETE": """""",
+    "nodes to qm_app: INSERT": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, alloc_pods, annotations, batch_cpu_milli, batch_memory_bytes, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, machine_class, name, namespace, owner_references, ready, row_version, spec, status, uid, unschedulable, zone""",
+    "nodes to qm_app: SELECT": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, alloc_pods, annotations, batch_cpu_milli, batch_memory_bytes, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, machine_class, name, namespace, owner_references, ready, row_version, spec, status, uid, unschedulable, zone""",
+    "nodes to qm_app: UPDATE": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, alloc_pods, annotations, batch_cpu_milli, batch_memory_bytes, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, machine_class, name, namespace, owner_references, ready, row_version, spec, status, uid, unschedulable, zone""",
+    "nodes to qm_reporting: SELECT": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, batch_cpu_milli, batch_memory_bytes, creation_timestamp, labels, machine_class, name, namespace, ready, spec, status, uid, unschedulable, zone""",
+    "nodes_allocated to qm_app: DELETE": """""",
+    "nodes_allocated to qm_app: INSERT": """cpu_milli, gpu, memory_bytes, node_uid, pods""",
+    "nodes_allocated to qm_app: SELECT": """cpu_milli, gpu, memory_bytes, node_uid, pods""",
+    "nodes_allocated to qm_app: UPDATE": """cpu_milli, gpu, memory_bytes, node_uid, pods""",
+    "poddisruptionbudgets to qm_app: DELETE": """""",
+    "poddisruptionbudgets to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "poddisruptionbudgets to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "poddisruptionbudgets to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "poddisruptionbudgets to qm_reporting: SELECT": """name, namespace, spec, status, uid""",
+    "pods to qm_app: DELETE": """""",
+    "pods to qm_app: INSERT": """annotations, bound_at, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, node_name, owner_references, phase, priority, quota_best_effort, quota_cpu_milli, quota_cross_namespace, quota_gpu, quota_limit_cpu_milli, quota_limit_memory_bytes, quota_memory_bytes, quota_priority_class, quota_terminating, ready, req_cpu_milli, req_gpu, req_memory_bytes, row_version, scheduler_name, spec, status, uid""",
+    "pods to qm_app: SELECT": """annotations, bound_at, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, node_name, owner_references, phase, priority, quota_best_effort, quota_cpu_milli, quota_cross_namespace, quota_gpu, quota_limit_cpu_milli, quota_limit_memory_bytes, quota_memory_bytes, quota_priority_class, quota_terminating, ready, req_cpu_milli, req_gpu, req_memory_bytes, row_version, scheduler_name, spec, status, uid""",
+    "pods to qm_app: UPDATE": """annotations, bound_at, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, node_name, owner_references, phase, priority, quota_best_effort, quota_cpu_milli, quota_cross_namespace, quota_gpu, quota_limit_cpu_milli, quota_limit_memory_bytes, quota_memory_bytes, quota_priority_class, quota_terminating, ready, req_cpu_milli, req_gpu, req_memory_bytes, row_version, scheduler_name, spec, status, uid""",
+    "pods to qm_reporting: SELECT": """bound_at, creation_timestamp, deletion_timestamp, name, namespace, node_name, owner_references, phase, priority, ready, req_cpu_milli, req_gpu, req_memory_bytes, status, uid""",
+    "priorityclasses to qm_app: DELETE": """""",
+    "priorityclasses to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "priorityclasses to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "priorityclasses to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "qm_api_servers to qm_app: DELETE": """""",
+    "qm_api_servers to qm_app: INSERT": """id, renewed_at, started_at""",
+    "qm_api_servers to qm_app: SELECT": """id, renewed_at, started_at""",
+    "qm_api_servers to qm_app: UPDATE": """id, renewed_at, started_at""",
+    "qm_audit to qm_app: INSERT": """after, at, before, groups, id, kind, name, namespace, subresource, uid, username, verb""",
+    "qm_audit to qm_app: SELECT": """after, at, before, groups, id, kind, name, namespace, subresource, uid, username, verb""",
+    "qm_bootstrap_tokens to qm_app: DELETE": """""",
+    "qm_bootstrap_tokens to qm_app: INSERT": """created_at, created_by, description, expires_at, last_used_at, node_name, secret_sha256, token_id, uses_left""",
+    "qm_bootstrap_tokens to qm_app: SELECT": """created_at, created_by, description, expires_at, last_used_at, node_name, secret_sha256, token_id, uses_left""",
+    "qm_bootstrap_tokens to qm_app: UPDATE": """created_at, created_by, description, expires_at, last_used_at, node_name, secret_sha256, token_id, uses_left""",
+    "qm_history to qm_reporting: SELECT": """after, application_name, at, before, client_addr, db_role, groups, hash, id, kind, name, namespace, op, principal, reason, request_id, seq, subresource, summary_count, table_name, uid, user_agent, verb, xid""",
+    "qm_node_credentials to qm_app: DELETE": """""",
+    "qm_node_credentials to qm_app: INSERT": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
+    "qm_node_credentials to qm_app: SELECT": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
+    "qm_node_credentials to qm_app: UPDATE": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
+    "qm_revision_log to qm_app: DELETE": """""",
+    "qm_revision_log to qm_app: INSERT": """commit_lsn, committed_at, kind, name, namespace, object, op, revision, row_version, uid""",
+    "qm_revision_log to qm_app: SELECT": """commit_lsn, committed_at, kind, name, namespace, object, op, revision, row_version, uid""",
+    "qm_revision_log to qm_app: UPDATE": """commit_lsn, committed_at, kind, name, namespace, object, op, revision, row_version, uid""",
+    "qm_schema_compat to qm_app: SELECT": """note, oldest_code_revision, recorded_at, schema_revision""",
+    "qm_stream_state to qm_app: DELETE": """""",
+    "qm_stream_state to qm_app: INSERT": """compacted_revision, id, last_commit_lsn, last_revision, updated_at""",
+    "qm_stream_state to qm_app: SELECT": """compacted_revision, id, last_commit_lsn, last_revision, updated_at""",
+    "qm_stream_state to qm_app: UPDATE": """compacted_revision, id, last_commit_lsn, last_revision, updated_at""",
+    "qm_tokens to qm_app: DELETE": """""",
+    "qm_tokens to qm_app: INSERT": """annotations, created_at, created_by, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, description, expires_at, finalizers, generate_name, generation, groups, id, labels, name, namespace, owner_references, revoked_at, row_version, sa_name, sa_namespace, sa_uid, spec, status, token_sha256, uid, username""",
+    "qm_tokens to qm_app: SELECT": """annotations, created_at, created_by, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, description, expires_at, finalizers, generate_name, generation, groups, id, labels, name, namespace, owner_references, revoked_at, row_version, sa_name, sa_namespace, sa_uid, spec, status, token_sha256, uid, username""",
+    "qm_tokens to qm_app: UPDATE": """annotations, created_at, created_by, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, description, expires_at, finalizers, generate_name, generation, groups, id, labels, name, namespace, owner_references, revoked_at, row_version, sa_name, sa_namespace, sa_uid, spec, status, token_sha256, uid, username""",
+    "replicasets to qm_app: DELETE": """""",
+    "replicasets to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "replicasets to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "replicasets to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "replicasets to qm_reporting: SELECT": """annotations, creation_timestamp, generation, name, namespace, owner_references, spec, status, uid""",
+    "reporting.allocation to qm_reporting: SELECT": """cpu_milli, gpu, machine_class, memory_bytes, namespace, node_name, pods, production_pods, team, zone""",
+    "reporting.change_summaries to qm_reporting: SELECT": """at, detail, kind, namespace, sealed, seq, table_name, writes""",
+    "reporting.changes to qm_reporting: SELECT": """after, application_name, at, before, changed_fields, client_addr, db_role, groups, id, kind, name, namespace, op, principal, reason, request_id, sealed, seq, subresource, table_name, uid, user_agent, verb, xid""",
+    "reporting.disruption_budget_blocks to qm_reporting: SELECT": """blocking, budget, budget_uid, current_healthy, desired_healthy, disruptions_allowed, expected_pods, last_message, last_refused, max_unavailable, min_available, namespace, refused_evictions""",
+    "reporting.evictions to qm_reporting: SELECT": """cause, db_role, evicted_at, message, namespace, node, pod, pod_uid, principal, reason, request_id""",
+    "reporting.namespace_access to qm_reporting: SELECT": """granted_at, granted_by, namespace, role_name""",
+    "reporting.node_capacity to qm_reporting: SELECT": """alloc_cpu_milli, alloc_gpu, alloc_memory_bytes, batch_cpu_milli, batch_memory_bytes, cpu_fraction, machine_class, memory_fraction, node, pods, ready, requested_cpu_milli, requested_gpu, requested_memory_bytes, unschedulable, zone""",
+    "reporting.node_failures to qm_reporting: SELECT": """condition_reason, db_role, down_seconds, failed_at, node, node_uid, principal, ready_status, reason, recovered_at""",
+    "reporting.pending_pods to qm_reporting: SELECT": """age_seconds, created, message, name, namespace, node_name, priority, reason, uid""",
+    "reporting.pending_pods_by_reason to qm_reporting: SELECT": """from_10m_to_1h, from_1m_to_10m, median_seconds, namespace, oldest_seconds, over_1h, pods, reason, under_1m""",
+    "reporting.quota_usage to qm_reporting: SELECT": """hard, hard_amount, namespace, quota, resource, used, used_amount, used_fraction""",
+    "reporting.rollout_changes to qm_reporting: SELECT": """at, change, db_role, deployment, deployment_uid, history_id, namespace, principal, reason, replicas_after, replicas_before, request_id, subresource, verb""",
+    "reporting.rollout_history to qm_reporting: SELECT": """change_cause, changed_at, changed_by, created, current, db_role, deployment, deployment_uid, namespace, ready_replicas, reason, replicas, replicaset, request_id, revision""",
+    "reporting.workloads to qm_reporting: SELECT": """available, converged, created, current, desired, failed, generation, kind, live_pods, name, namespace, observed_generation, ready, ready_pods, succeeded, uid, updated""",
+    "resourcequotas to qm_app: DELETE": """""",
+    "resourcequotas to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "resourcequotas to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "resourcequotas to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "resourcequotas to qm_reporting: SELECT": """name, namespace, spec, status, uid""",
+    "rolebindings to qm_app: DELETE": """""",
+    "rolebindings to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "rolebindings to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "rolebindings to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "roles to qm_app: DELETE": """""",
+    "roles to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "roles to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "roles to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "secrets to qm_app: DELETE": """""",
+    "secrets to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, secret_type, spec, status, uid""",
+    "secrets to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, secret_type, spec, status, uid""",
+    "secrets to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, secret_type, spec, status, uid""",
+    "service_ip_range to qm_app: DELETE": """""",
+    "service_ip_range to qm_app: INSERT": """cidr, id, quarantine, updated_at""",
+    "service_ip_range to qm_app: SELECT": """cidr, id, quarantine, updated_at""",
+    "service_ip_range to qm_app: UPDATE": """cidr, id, quarantine, updated_at""",
+    "service_ips to qm_app: DELETE": """""",
+    "service_ips to qm_app: INSERT": """allocated_at, ip, name, namespace, released_at, service_uid""",
+    "service_ips to qm_app: SELECT": """allocated_at, ip, name, namespace, released_at, service_uid""",
+    "service_ips to qm_app: UPDATE": """allocated_at, ip, name, namespace, released_at, service_uid""",
+    "serviceaccounts to qm_app: DELETE": """""",
+    "serviceaccounts to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "serviceaccounts to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "serviceaccounts to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "services to qm_app: DELETE": """""",
+    "services to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "services to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "services to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+}
+
+SETTINGS: dict[str, str] = {
+    "deployments": """row security""",
+    "endpointslices": """fillfactor=80""",
+    "events": """row security; fillfactor=85""",
+    "jobs": """row security""",
+    "leases": """fillfactor=70""",
+    "namespaces": """row security""",
+    "nodes": """fillfactor=75""",
+    "nodes_allocated": """fillfactor=50""",
+    "poddisruptionbudgets": """row security""",
+    "pods": """row security; fillfactor=75""",
+    "qm_history": """row security""",
+    "replicasets": """row security""",
+    "reporting.allocation": """security_invoker=true""",
+    "reporting.change_summaries": """security_invoker=true""",
+    "reporting.changes": """security_invoker=true""",
+    "reporting.disruption_budget_blocks": """security_invoker=true""",
+    "reporting.evictions": """security_invoker=true""",
+    "reporting.namespace_access": """row security""",
+    "reporting.node_capacity": """security_invoker=true""",
+    "reporting.node_failures": """security_invoker=true""",
+    "reporting.pending_pods": """security_invoker=true""",
+    "reporting.pending_pods_by_reason": """security_invoker=true""",
+    "reporting.quota_usage": """security_invoker=true""",
+    "reporting.rollout_changes": """security_invoker=true""",
+    "reporting.rollout_history": """security_invoker=true""",
+    "reporting.workloads": """security_invoker=true""",
+    "resourcequotas": """row security""",
 }
 
 INDEXES: dict[str, str] = {
@@ -711,11 +1851,24 @@ INDEXES: dict[str, str] = {
     "qm_audit_object": """CREATE INDEX qm_audit_object ON public.qm_audit USING btree (kind, namespace, name, at)""",
     "qm_audit_pkey": """CREATE UNIQUE INDEX qm_audit_pkey ON public.qm_audit USING btree (id)""",
     "qm_bootstrap_tokens_pkey": """CREATE UNIQUE INDEX qm_bootstrap_tokens_pkey ON public.qm_bootstrap_tokens USING btree (token_id)""",
+    "qm_history_anchors_last_seq_key": """CREATE UNIQUE INDEX qm_history_anchors_last_seq_key ON public.qm_history_anchors USING btree (last_seq)""",
+    "qm_history_anchors_pkey": """CREATE UNIQUE INDEX qm_history_anchors_pkey ON public.qm_history_anchors USING btree (id)""",
+    "qm_history_at": """CREATE INDEX qm_history_at ON ONLY public.qm_history USING brin (at)""",
+    "qm_history_backfill_pkey": """CREATE UNIQUE INDEX qm_history_backfill_pkey ON public.qm_history_backfill USING btree (id)""",
+    "qm_history_chain_pkey": """CREATE UNIQUE INDEX qm_history_chain_pkey ON public.qm_history_chain USING btree (id)""",
+    "qm_history_object": """CREATE INDEX qm_history_object ON ONLY public.qm_history USING btree (table_name, namespace, name, at)""",
+    "qm_history_pkey": """CREATE UNIQUE INDEX qm_history_pkey ON ONLY public.qm_history USING btree (id, at)""",
+    "qm_history_principal": """CREATE INDEX qm_history_principal ON ONLY public.qm_history USING btree (principal, at) WHERE (principal IS NOT NULL)""",
+    "qm_history_seq": """CREATE INDEX qm_history_seq ON ONLY public.qm_history USING btree (seq) WHERE (seq IS NOT NULL)""",
+    "qm_history_tally_pkey": """CREATE UNIQUE INDEX qm_history_tally_pkey ON public.qm_history_tally USING btree (hour, table_name, namespace, backend)""",
+    "qm_history_uid": """CREATE INDEX qm_history_uid ON ONLY public.qm_history USING btree (uid, at) WHERE (uid IS NOT NULL)""",
+    "qm_history_unsealed": """CREATE INDEX qm_history_unsealed ON ONLY public.qm_history USING btree (id) WHERE (seq IS NULL)""",
     "qm_node_credentials_node": """CREATE INDEX qm_node_credentials_node ON public.qm_node_credentials USING btree (node_name)""",
     "qm_node_credentials_pkey": """CREATE UNIQUE INDEX qm_node_credentials_pkey ON public.qm_node_credentials USING btree (id)""",
     "qm_node_credentials_token_sha256_key": """CREATE UNIQUE INDEX qm_node_credentials_token_sha256_key ON public.qm_node_credentials USING btree (token_sha256)""",
     "qm_revision_log_pkey": """CREATE UNIQUE INDEX qm_revision_log_pkey ON public.qm_revision_log USING btree (revision)""",
     "qm_revision_log_uid": """CREATE INDEX qm_revision_log_uid ON public.qm_revision_log USING btree (uid, revision DESC)""",
+    "qm_schema_compat_pkey": """CREATE UNIQUE INDEX qm_schema_compat_pkey ON public.qm_schema_compat USING btree (schema_revision)""",
     "qm_stream_state_pkey": """CREATE UNIQUE INDEX qm_stream_state_pkey ON public.qm_stream_state USING btree (id)""",
     "qm_tokens_namespace_name": """CREATE UNIQUE INDEX qm_tokens_namespace_name ON public.qm_tokens USING btree (namespace, name)""",
     "qm_tokens_pkey": """CREATE UNIQUE INDEX qm_tokens_pkey ON public.qm_tokens USING btree (id)""",
@@ -727,6 +1880,7 @@ INDEXES: dict[str, str] = {
     "replicasets_namespace_name": """CREATE UNIQUE INDEX replicasets_namespace_name ON public.replicasets USING btree (namespace, name)""",
     "replicasets_owners": """CREATE INDEX replicasets_owners ON public.replicasets USING gin (owner_references jsonb_path_ops) WHERE (owner_references <> '[]'::jsonb)""",
     "replicasets_pkey": """CREATE UNIQUE INDEX replicasets_pkey ON public.replicasets USING btree (uid)""",
+    "reporting.namespace_access_pkey": """CREATE UNIQUE INDEX namespace_access_pkey ON reporting.namespace_access USING btree (role_name, namespace)""",
     "resourcequotas_labels": """CREATE INDEX resourcequotas_labels ON public.resourcequotas USING gin (labels jsonb_path_ops)""",
     "resourcequotas_namespace_name": """CREATE UNIQUE INDEX resourcequotas_namespace_name ON public.resourcequotas USING btree (namespace, name)""",
     "resourcequotas_owners": """CREATE INDEX resourcequotas_owners ON public.resourcequotas USING gin (owner_references jsonb_path_ops) WHERE (owner_references <> '[]'::jsonb)""",

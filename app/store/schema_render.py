@@ -1,16 +1,19 @@
 """Render the declarations of a database at head, for the developer whose migration changed it.
 
-``python -m app.store.schema_render tables URL`` prints the table declarations of
-``schema.py``; ``python -m app.store.schema_render objects URL`` prints ``schema_objects.py``
-(functions, triggers, views, policies, index definitions and the publication's tables, as the
-database prints them back). Run it on a scratch database after ``alembic upgrade head``, review
-the diff, commit it with the migration: ``qm db check`` compares every database against these.
+``python -m app.store.schema_render write URL`` rewrites the table declarations at the end of
+``schema.py`` (below its marker line) and the whole of ``schema_objects.py`` (functions,
+triggers, views, policies, grants, row security and options, index definitions and the
+publication's tables, as the database prints them back) from the database at ``URL``;
+``tables`` and ``objects`` print them instead. Run it on a scratch database after
+``alembic upgrade head``, then ``ruff format`` both files, review the diff and commit it with
+the migration: ``qm db check`` compares every database against these.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, inspect, text
@@ -18,6 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from .drift import COLUMNS, engine_url, read_objects
+from .schema import SCHEMAS
 from .schema_types import KIND_COLUMN_NAMES
 
 TYPE_NAMES = {"timestamp with time zone": "timestamptz", "character varying": "varchar"}
@@ -30,11 +34,14 @@ def _type_name(formatted: str) -> str:
 
 
 def _column(row: Any, pk: list[str]) -> str:
-    _, name, typ, notnull, default, generated, comment = row
+    table, name, typ, notnull, default, generated, comment = row
     args = [repr(name), repr(_type_name(typ))]
     if notnull:
         args.append("null=False")
-    if default is not None and default.startswith("nextval(") and pk == [name]:
+    owned = f"nextval('{table}_{name}_seq'::regclass)"  # a serial column's own sequence
+    if default is not None and (
+        default == owned or (default.startswith("nextval(") and pk == [name])
+    ):
         args.append("serial=True")
     elif default is not None:
         args.append(f"default={default!r}")
@@ -67,7 +74,14 @@ def _is_kind(names: list[str], pk: list[str]) -> bool:
     return tuple(names[: len(KIND_COLUMN_NAMES)]) == KIND_COLUMN_NAMES and pk == ["uid"]
 
 
-def render_tables(conn: Connection, schema: str = "public") -> str:
+MARKER = "# -- rendered by app.store.schema_render from a database at head; do not edit below --"
+
+
+def render_tables(conn: Connection) -> str:
+    return "\n".join(_render_schema(conn, schema) for schema in SCHEMAS)
+
+
+def _render_schema(conn: Connection, schema: str) -> str:
     insp = inspect(conn)
     rows = conn.execute(text(COLUMNS), {"schema": schema}).all()
     out: list[str] = []
@@ -91,7 +105,9 @@ def render_tables(conn: Connection, schema: str = "public") -> str:
                 for u in uniques
             ]
         for fk in insp.get_foreign_keys(table, schema=schema):
-            ref = ", ".join(f"{fk['referred_table']}.{c}" for c in fk["referred_columns"])
+            owner = fk["referred_schema"] if fk["referred_schema"] != "public" else None
+            target = ".".join(filter(None, (owner, fk["referred_table"])))
+            ref = ", ".join(f"{target}.{c}" for c in fk["referred_columns"])
             ondelete = fk["options"].get("ondelete")
             extra = f", ondelete={ondelete!r}" if ondelete else ""
             body.append(
@@ -102,12 +118,14 @@ def render_tables(conn: Connection, schema: str = "public") -> str:
                  if ix["name"] not in skip_ix]  # fmt: skip
         options = insp.get_table_options(table, schema=schema).get("postgresql_with") or {}
         comment = insp.get_table_comment(table, schema=schema).get("text")
-        out.append(_table(table, kind, body, options, comment))
+        out.append(_table(schema, table, kind, body, options, comment))
     return "\n".join(out)
 
 
-def _table(table: str, kind: bool, body: list[str], options: dict[str, str], comment: Any) -> str:
-    kw = []
+def _table(
+    schema: str, table: str, kind: bool, body: list[str], options: dict[str, str], comment: Any
+) -> str:
+    kw = [] if schema == "public" else [f"schema={schema!r}"]
     if kind and options.get("fillfactor"):
         kw.append(f"fillfactor={int(options['fillfactor'])}")
     elif options:
@@ -115,9 +133,10 @@ def _table(table: str, kind: bool, body: list[str], options: dict[str, str], com
     if comment:
         kw.append(f"comment={comment!r}")
     args = "".join(f"    {b},\n" for b in [*body, *kw])
+    var = table if schema == "public" else f"{schema}_{table}"
     if kind:
-        return f"{table} = kind_table(\n    metadata,\n    {table!r},\n{args})\n"
-    return f"{table} = Table(\n    {table!r},\n    metadata,\n{args})\n"
+        return f"{var} = kind_table(\n    metadata,\n    {table!r},\n{args})\n"
+    return f"{var} = Table(\n    {table!r},\n    metadata,\n{args})\n"
 
 
 def _literal(value: str) -> str:
@@ -126,13 +145,13 @@ def _literal(value: str) -> str:
     return f'r"""{value}"""' if "\\" in value else f'"""{value}"""'
 
 
-def render_objects(conn: Connection, schema: str = "public") -> str:
+def render_objects(conn: Connection) -> str:
     with Session(bind=conn) as sess:
-        found = read_objects(sess, schema)
+        found = read_objects(sess)
     lines = [
         '"""What ``alembic upgrade head`` leaves besides tables, as PostgreSQL prints it back.',
         "",
-        "Written by ``python -m app.store.schema_render objects URL`` on a database at head;",
+        "Written by ``python -m app.store.schema_render write URL`` on a database at head;",
         "``qm db check`` compares a database against it (``app/store/drift.py``).",
         '"""',
         "",
@@ -150,15 +169,26 @@ def render_objects(conn: Connection, schema: str = "public") -> str:
     return "\n".join(lines)
 
 
+def write(conn: Connection) -> None:
+    here = Path(__file__).parent
+    schema = here / "schema.py"
+    kept = schema.read_text().split(MARKER, 1)[0]
+    schema.write_text(f"{kept}{MARKER}\n\n{render_tables(conn)}")
+    (here / "schema_objects.py").write_text(render_objects(conn))
+
+
 def main(argv: Iterable[str]) -> int:
     args = list(argv)
-    if len(args) != 2 or args[0] not in ("tables", "objects"):
-        print("usage: python -m app.store.schema_render tables|objects URL", file=sys.stderr)
+    if len(args) != 2 or args[0] not in ("tables", "objects", "write"):
+        print("usage: python -m app.store.schema_render tables|objects|write URL", file=sys.stderr)
         return 2
     engine = create_engine(engine_url(args[1]))
     with engine.connect() as conn:
-        render = render_tables if args[0] == "tables" else render_objects
-        sys.stdout.write(render(conn))
+        if args[0] == "write":
+            write(conn)
+        else:
+            render = render_tables if args[0] == "tables" else render_objects
+            sys.stdout.write(render(conn))
     engine.dispose()
     return 0
 

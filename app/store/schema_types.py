@@ -17,18 +17,32 @@ from sqlalchemy import (
     Boolean,
     Column,
     Computed,
+    Date,
+    Double,
     Index,
     Integer,
     LargeBinary,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, CIDR, INET, INTERVAL, JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import (
+    ARRAY,
+    CIDR,
+    INET,
+    INTERVAL,
+    JSONB,
+    OID,
+    REAL,
+    TIMESTAMP,
+    UUID,
+)
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import TypeEngine, UserDefinedType
 
@@ -59,7 +73,11 @@ class Regclass(_Named):
     sql_name = "regclass"
 
 
-for _type in (PgLsn, Xid8, PgChar, Regclass):
+class PgName(_Named):
+    sql_name = "name"
+
+
+for _type in (PgLsn, Xid8, PgChar, Regclass, PgName):
     ischema_names[_type.sql_name] = _type
 ischema_names["char"] = PgChar  # reflection strips the quotes of "char" on some versions
 
@@ -87,6 +105,13 @@ def sql_type(name: str) -> TypeEngine[Any]:
         "xid8": Xid8(),
         '"char"': PgChar(),
         "regclass": Regclass(),
+        "name": PgName(),
+        "smallint": SmallInteger(),
+        "numeric": Numeric(),
+        "double precision": Double(),
+        "real": REAL(),
+        "date": Date(),
+        "oid": OID(),
     }
     return simple[name]
 
