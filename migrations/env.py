@@ -8,9 +8,10 @@ emits SQL with ``alembic upgrade head --sql`` for DBAs who review and lint befor
 
 Every migration runs in its own transaction, which starts with ``SET LOCAL lock_timeout`` and
 ``statement_timeout`` (``migrations/online.py``; the offline SQL carries them too). Online, a
-migration that fails on a lock timeout (SQLSTATE 55P03) was rolled back whole, so it is tried
-again after a pause, up to ``QM_MIGRATION_LOCK_RETRIES`` times (default 5): a DDL statement
-that waits behind a long transaction gives way to the application's queries, then comes back.
+migration that fails on a lock timeout (SQLSTATE 55P03) or is chosen to break a deadlock
+(40P01) was rolled back whole, so it is tried again after a growing pause, up to
+``QM_MIGRATION_LOCK_RETRIES`` times (default 10): a DDL statement that waits behind a long
+transaction gives way to the application's queries, then comes back.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from migrations import online
 URL_ENV = "QM_MIGRATION_DATABASE_URL"
 RETRIES_ENV = "QM_MIGRATION_LOCK_RETRIES"
 APPLICATION_NAME = "qm-migrate"
-LOCK_NOT_AVAILABLE = "55P03"
+# A lock timeout, or a deadlock broken on the migration's side: the migration's transaction
+# was rolled back whole, and running it again is safe.
+RETRIED = {"55P03": "waited longer than lock_timeout ({})", "40P01": "broke a deadlock"}
 
 
 def _url() -> str:
@@ -75,8 +78,8 @@ def _guard_every_migration() -> None:
                 setattr(module, name, _with_timeouts(fn, module))
 
 
-def _lock_timed_out(exc: DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE
+def _retried(exc: DBAPIError) -> str | None:
+    return RETRIED.get(getattr(exc.orig, "sqlstate", None) or "")
 
 
 def run_offline() -> None:
@@ -97,7 +100,7 @@ def _run_once(engine: Any) -> None:
 
 
 def run_online() -> None:
-    retries = int(os.environ.get(RETRIES_ENV) or 5)
+    retries = int(os.environ.get(RETRIES_ENV) or 10)
     # The session's own timeouts cover what Alembic runs outside a migration's transaction
     # (reading alembic_version first) and the autocommit blocks.
     options = (
@@ -113,11 +116,12 @@ def run_online() -> None:
             _run_once(engine)
             return
         except DBAPIError as exc:
-            if not _lock_timed_out(exc) or attempt == retries:
+            cause = _retried(exc)
+            if cause is None or attempt == retries:
                 raise
-            pause = min(30.0, 2.0**attempt) * random.uniform(0.5, 1.0)
+            pause = min(10.0, 0.5 * 2.0**attempt) * random.uniform(0.5, 1.0)
             print(
-                f"migration gave up a lock after lock_timeout ({online.lock_timeout()});"
+                f"migration {cause.format(online.lock_timeout())};"
                 f" retrying in {pause:.1f}s ({attempt + 1}/{retries})",
                 flush=True,
             )

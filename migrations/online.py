@@ -32,8 +32,15 @@ from sqlalchemy import text
 
 LOCK_TIMEOUT_ENV = "QM_MIGRATION_LOCK_TIMEOUT"
 STATEMENT_TIMEOUT_ENV = "QM_MIGRATION_STATEMENT_TIMEOUT"
-DEFAULT_LOCK_TIMEOUT = "2s"
+# Shorter than PostgreSQL's default deadlock_timeout (1 s), which the application's sessions
+# keep: when a migration and a request wait on each other, the migration's lock wait ends
+# first and it gives way, so the request never sees a deadlock error (and env.py retries).
+DEFAULT_LOCK_TIMEOUT = "500ms"
 DEFAULT_STATEMENT_TIMEOUT = "5min"
+# The migration's own deadlock check runs this soon after it starts waiting, so a lock cycle
+# it closes is broken on its side. Set only where the migration owner may (superuser, or
+# GRANT SET ON PARAMETER deadlock_timeout).
+MIGRATION_DEADLOCK_TIMEOUT = "50ms"
 
 # PostgreSQL's duration syntax for these settings: a number and an optional unit.
 _DURATION = re.compile(r"^\d+(us|ms|s|min|h|d)?$")
@@ -77,9 +84,18 @@ def set_timeouts(lock: str | None = None, statement: str | None = None) -> None:
     statement = _duration(statement or statement_timeout(), "statement_timeout")
     op.execute(f"SET LOCAL lock_timeout = '{lock}'")
     op.execute(f"SET LOCAL statement_timeout = '{statement}'")
+    op.execute(_deadlock_timeout(local=True))
 
 
-def _in_autocommit(statements: list[str]) -> None:
+def _deadlock_timeout(*, local: bool) -> str:
+    scope = "true" if local else "false"
+    return (
+        f"SELECT set_config('deadlock_timeout', '{MIGRATION_DEADLOCK_TIMEOUT}', {scope})"
+        " WHERE has_parameter_privilege('deadlock_timeout', 'SET')"
+    )
+
+
+def _in_autocommit(statements: list[str], *, lift_statement_timeout: bool = True) -> None:
     """Run ``statements`` outside any transaction, then restore the migration's timeouts.
 
     Session-level ``lock_timeout`` still bounds every lock wait (a concurrent build waits for
@@ -88,7 +104,9 @@ def _in_autocommit(statements: list[str]) -> None:
     """
     with op.get_context().autocommit_block():
         op.execute(f"SET lock_timeout = '{lock_timeout()}'")
-        op.execute("SET statement_timeout = 0")
+        if lift_statement_timeout:
+            op.execute("SET statement_timeout = 0")
+        op.execute(_deadlock_timeout(local=False))
         for statement in statements:
             op.execute(statement)
         op.execute(f"SET statement_timeout = '{statement_timeout()}'")
@@ -140,6 +158,33 @@ def create_index_concurrently(
         f" ON {_ident(table)}{method} ({columns}){predicate}"
     )
     _in_autocommit(statements)
+
+
+def lock_tables(*tables: str, mode: str = "SHARE ROW EXCLUSIVE") -> None:
+    """Take the locks a migration's DDL needs on tables the application writes, all at once.
+
+    Call it just before that DDL, at the end of the migration's transaction (everything that
+    touches no such table goes first), so the locks are held for milliseconds. List the tables
+    in the order the application's transactions take them (kind tables before ``qm_audit``,
+    which a write's statement inserts into last): a migration that locks ``qm_audit`` and
+    then waits for a kind table while a write holds the kind table and waits for ``qm_audit``
+    closes a cycle. The migration then loses (its ``deadlock_timeout`` is shorter) and is
+    retried, but under steady writes it may lose every time.
+    """
+    if mode not in ("SHARE ROW EXCLUSIVE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"):
+        raise ValueError(f"lock mode {mode!r}")
+    op.execute(f"LOCK TABLE {', '.join(_ident(t) for t in tables)} IN {mode} MODE")
+
+
+def each_in_own_transaction(statements: list[str]) -> None:
+    """Run each statement in a transaction of its own, outside the migration's.
+
+    For DDL on many tables the application writes (a trigger on every kind table): each lock
+    is held for one statement, so no write waits on more than one, and no cycle can form.
+    Statements must be idempotent (``CREATE OR REPLACE TRIGGER``, ``IF NOT EXISTS``), since a
+    retried migration runs them again.
+    """
+    _in_autocommit(statements, lift_statement_timeout=False)
 
 
 def drop_index_concurrently(name: str) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -69,10 +70,10 @@ def _index_valid(url: str, name: str) -> bool | None:
 
 def test_offline_sql_builds_the_index_outside_the_transaction():
     sql = _offline(lambda: online.create_index_concurrently("t_v", "t", "v", where="v > 0"))
-    begin = sql.index("SET LOCAL lock_timeout = '2s'")
+    begin = sql.index("SET LOCAL lock_timeout = '500ms'")
     commit = sql.index("COMMIT;", begin)
     create = sql.index("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v) WHERE v > 0;")
-    assert begin < commit < sql.index("SET lock_timeout = '2s'") < create
+    assert begin < commit < sql.index("SET lock_timeout = '500ms'") < create
     assert sql.index("BEGIN;", create) < sql.rindex("SET LOCAL statement_timeout = '5min'")
 
 
@@ -141,17 +142,45 @@ def _alembic(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[st
     )
 
 
+def _migration_waited(url: str) -> bool:
+    """Whether a migration session has waited on a lock and given up (it is gone or retrying)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'qm-migrate'"
+            " AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def test_a_migration_that_times_out_on_a_lock_is_retried(pg_server_url):
     url = create_database(pg_server_url, f"qm_retry_{secrets.token_hex(4)}")
     assert _alembic(url, "upgrade", "0015").returncode == 0
     holder = psycopg.connect(url)
     holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")
-    release = threading.Timer(1.5, holder.commit)
-    release.start()
-    result = _alembic(url, "upgrade", "head", QM_MIGRATION_LOCK_TIMEOUT="300ms")
-    release.join()
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(_alembic, url, "upgrade", "head", QM_MIGRATION_LOCK_TIMEOUT="300ms")
+        deadline = time.monotonic() + 60
+        while not _migration_waited(url) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.0)  # at least one lock timeout and a retry
+        holder.commit()
+        result = future.result()
     holder.close()
     assert result.returncode == 0, result.stderr
-    assert "gave up a lock after lock_timeout (300ms); retrying" in result.stdout
+    assert "waited longer than lock_timeout (300ms); retrying" in result.stdout
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0016",)
+
+
+def test_lock_tables_in_order_and_statements_alone():
+    sql = _offline(
+        lambda: (
+            online.lock_tables("pods", "qm_audit"),
+            online.each_in_own_transaction(["CREATE OR REPLACE TRIGGER a ON b"]),
+        )
+    )
+    lock = sql.index("LOCK TABLE pods, qm_audit IN SHARE ROW EXCLUSIVE MODE;")
+    assert lock < sql.index("COMMIT;", lock) < sql.index("CREATE OR REPLACE TRIGGER a ON b;")
+    assert "statement_timeout = 0" not in sql
+    with pytest.raises(ValueError):
+        online.lock_tables("pods; DROP TABLE x")
