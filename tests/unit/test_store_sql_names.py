@@ -2,7 +2,8 @@
 names exists in ``app/store/schema.py``'s MetaData.
 
 Statements come from ``app/store/sql.py``'s builders, called for every kind, and from every
-string literal in ``app/store`` that is a whole statement. PostgreSQL's own parser (pglast)
+string literal that is a whole statement in ``app/store``, ``app/stream``, ``app/scheduler``,
+``app/api`` and ``workers``. PostgreSQL's own parser (pglast)
 reads them; a column a statement names must belong to one of the tables it reads or writes,
 or be a name the statement itself defines (an output alias, a CTE, a function's columns).
 """
@@ -26,6 +27,11 @@ from app.store import sql
 from app.store.schema import metadata
 
 STORE = Path(sql.__file__).parent
+ROOT = STORE.parents[1]
+# Where the plane's own SQL lives: the store, the revision stream, the scheduler's binds, the
+# API's background loops and the controllers' loops.
+SOURCES = [STORE, ROOT / "app" / "stream", ROOT / "app" / "scheduler", ROOT / "app" / "api",
+           ROOT / "workers"]  # fmt: skip
 STARTS = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
 # Besides the schema's tables, statements may read PostgreSQL's catalogs (``pg_*``) and
 # Alembic's own table; the columns of those are not checked.
@@ -56,14 +62,14 @@ def _parses(text: str) -> bool:
 
 
 def literal_statements() -> Iterator[tuple[str, str]]:
-    for path in sorted(STORE.glob("*.py")):
-        if path.name.startswith("schema") or path.name == "drift.py":  # catalog queries
-            continue
+    for path in sorted(p for source in SOURCES for p in source.rglob("*.py")):
+        if path.parent == STORE and (path.name.startswith("schema") or path.name == "drift.py"):
+            continue  # the drift check's catalog queries
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = re.sub(r"%(\([a-z_]+\))?s", "$1", node.value.strip())  # psycopg's
                 if text.upper().startswith(STARTS) and _parses(text):
-                    yield f"{path.name}:{node.lineno}", text
+                    yield f"{path.relative_to(ROOT)}:{node.lineno}", text
 
 
 class _Names(Visitor):  # type: ignore[misc]
