@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from typing import Any
 
 import psycopg
 
+from app.devstack.postgres import create_database
 from app.store import drift
+from app.store.schema_objects import REVISION
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,3 +98,16 @@ def test_json_output_names_both_revisions(make_database: Any) -> None:
     doc = json.loads(done.stdout)
     assert doc["revision"] == doc["codeRevision"]
     assert doc["drift"] == ["column pods.cost_centre is in the database but not in the code"]
+
+
+def test_a_database_behind_the_code_is_told_apart(pg_server_url: str) -> None:
+    """At 0013 (the previous release) the check names both revisions and what is missing."""
+    url = create_database(pg_server_url, f"qm_drift_old_{secrets.token_hex(3)}")
+    subprocess.run([sys.executable, "-m", "alembic", "upgrade", "0013"], cwd=ROOT, check=True,
+                   env={**os.environ, "DATABASE_URL": url, "QM_MIGRATION_DATABASE_URL": url},
+                   capture_output=True, timeout=300)  # fmt: skip
+    done = qm_db_check(url)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"note: the database is at revision 0013, the code describes {REVISION}"
+    assert "table qm_history is missing from the database" in lines
