@@ -129,6 +129,23 @@ CREATE POLICY namespace_access_own ON reporting.namespace_access FOR SELECT TO {
 """
 
 
+# Who was given which namespaces is itself audited: the history's triggers (migration 0014)
+# record the mapping's changes like a state table's, under its own namespace column.
+ACCESS_HISTORY = "".join(
+    f"""
+CREATE TRIGGER namespace_access_history_{op} AFTER {event} ON reporting.namespace_access
+  REFERENCING {refs} FOR EACH STATEMENT
+  EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{{}}');
+ALTER TABLE reporting.namespace_access ENABLE ALWAYS TRIGGER namespace_access_history_{op};
+"""
+    for op, event, refs in (
+        ("ins", "INSERT", "NEW TABLE AS new_rows"),
+        ("upd", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ("del", "DELETE", "OLD TABLE AS old_rows"),
+    )
+)
+
+
 def _visible(column: str) -> str:
     """Whether the current reporting role may see a row whose namespace is ``column``. Both
     subqueries are uncorrelated: PostgreSQL runs them once per statement, not per row."""
@@ -808,6 +825,7 @@ END $$;
 def upgrade() -> None:
     op.execute(f"REVOKE ALL ON {', '.join(OLD_GRANTS)} FROM {ROLE}")
     op.execute(ACCESS)
+    op.execute(ACCESS_HISTORY)
     for table, column in RLS.items():
         op.execute(_policies(table, column))
     op.execute(SECRET_ROWS)

@@ -265,3 +265,14 @@ def test_the_app_and_a_dba_see_and_write_every_row(cluster: tuple[str, dict[str,
         assert db.execute("SELECT count(*) FROM pods").fetchone() == (total,)
         done = db.execute("UPDATE pods SET status = status WHERE namespace = 'team-b'")
         assert done.rowcount == 3
+
+
+def test_access_grants_are_in_the_history(cluster: tuple[str, dict[str, str]]) -> None:
+    url, roles = cluster
+    with as_role(url, roles["auditor"]) as db:
+        granted = db.execute(
+            "SELECT namespace, db_role FROM reporting.changes"
+            " WHERE table_name = 'namespace_access' AND op = 'insert' AND name = %s",
+            (roles["team_a"],),
+        ).fetchall()
+    assert granted == [("team-a", "postgres")]
