@@ -14,6 +14,11 @@ Fixtures:
     pg_url -> str: URL of a fresh, fully migrated database.
     redis_url -> str: ``redis://127.0.0.1:PORT/0``.
     api_server -> ApiServer: a running API (``.url``, ``.token``, ``.pid``, ``.restart()``).
+    app_role_url -> str: ``pg_url`` for the application role ``qm_app`` (migration 0014).
+    pgbouncer -> EmbeddedPgBouncer: a PgBouncer in front of the session's server.
+
+With ``QM_TEST_PGBOUNCER=1`` the ``api_server`` (and the workers started from its ``env``)
+reach the database through ``pgbouncer`` in transaction pooling mode (ADR 0057).
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from app.devstack.apiserver import ApiServer
+from app.devstack.pgbouncer import EmbeddedPgBouncer, pooled_env
 from app.devstack.postgres import EmbeddedPostgres, create_database, drop_database
 from app.devstack.redis import EmbeddedRedis
 from app.devstack.supervise import free_port
@@ -158,8 +165,44 @@ def secret_keys_file() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def pgbouncer(pg_server_url: str) -> Iterator[EmbeddedPgBouncer]:
+    """A PgBouncer (Debian's, as an unprivileged user) forwarding to the session's server;
+    ``.url(database, user)`` and ``.admin_url``."""
+    base = _scratch_dir("qm-test-pgbouncer-")
+    port = urlsplit(pg_server_url).port or 5432
+    bouncer = EmbeddedPgBouncer(base, port, pool_size=8)
+    failure = _attempt(bouncer.start)
+    if failure:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"PgBouncer did not start: {failure}", pytrace=False)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def through_pgbouncer(request: pytest.FixtureRequest) -> Callable[[str], dict[str, str]]:
+    """``through_pgbouncer(url)``: under ``QM_TEST_PGBOUNCER=1``, the variables that send a
+    process's requests to ``url``'s database through ``pgbouncer`` (the stream and the
+    migrations stay direct); otherwise none."""
+
+    def variables(url: str) -> dict[str, str]:
+        if os.environ.get("QM_TEST_PGBOUNCER", "") in ("", "0"):
+            return {}
+        bouncer: EmbeddedPgBouncer = request.getfixturevalue("pgbouncer")
+        return pooled_env(url, bouncer)
+
+    return variables
+
+
+@pytest.fixture(scope="session")
 def api_server(
-    pg_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    pg_url: str,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    through_pgbouncer: Callable[[str], dict[str, str]],
 ) -> Iterator[ApiServer]:
     """A running ``python -m app.api`` on a free loopback port, healthy before tests use it."""
     port = free_port()
@@ -173,6 +216,7 @@ def api_server(
         "QM_API_PORT": str(port),
         "QM_API_URL": f"http://127.0.0.1:{port}",
         "PYTHONUNBUFFERED": "1",
+        **through_pgbouncer(pg_url),
     }
     log_path = tmp_path_factory.mktemp("api") / "api.log"
     server = ApiServer(port, token, env, log_path, cwd=REPO_ROOT)
@@ -262,3 +306,18 @@ def revisioner_on() -> Callable[[str], contextlib.AbstractContextManager[Callabl
 def stop_all() -> Callable[[list[subprocess.Popen[bytes]]], None]:
     """``stop_all(procs)``: SIGTERM, then SIGKILL after 15 s."""
     return stop_processes
+
+
+def role_url(url: str, role: str) -> str:
+    """``url`` with ``role`` as its user and no password (the test server trusts loopback)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{role}@{host}:{parts.port}" if parts.port else f"{role}@{host}"
+    return parts._replace(netloc=netloc).geturl()
+
+
+@pytest.fixture(scope="session")
+def app_role_url(pg_url: str) -> str:
+    """The session database's URL for ``qm_app``, the role the application connects as
+    (created by migration 0014; no grant on the history)."""
+    return role_url(pg_url, "qm_app")

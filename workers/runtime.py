@@ -9,6 +9,10 @@ process, the per-key lock, and the pending markers that deduplicate enqueued key
   killed mid-create leaves its statement running in the database, holding that lock, until it
   commits or rolls back; the next reconcile of the key takes the apply lock exclusively once
   (``locked``) before it reads, so it counts what the dead one made.
+* **Through PgBouncer** (``QM_PGBOUNCER``, transaction pooling, ADR 0057) no session state
+  survives a statement, so the key lock is a transaction-level lock held by an open
+  transaction for the block, and the creates, which hold the apply lock from acquire to
+  release, run on a small pool of direct connections (``QM_STREAM_DATABASE_URL``).
 * **A burst of changes is one reconcile.** Enqueuing a key first sets a Redis marker
   (``SET NX``); while the marker exists, further changes to the key enqueue nothing. The
   reconcile clears the marker *before* it reads state, so a change made while it runs
@@ -28,7 +32,7 @@ import asyncpg
 import redis
 
 from app.core.errors import TemporaryError
-from app.store.db import create_pool, database_url
+from app.store.db import behind_pgbouncer, create_pool, database_url, stream_database_url
 from app.store.store import Store
 
 T = TypeVar("T")
@@ -70,6 +74,14 @@ def creating() -> Iterator[None]:
         _CREATING.reset(token)
 
 
+async def creating_store(store: Store) -> Store:
+    """``store`` for a reconcile's creates (in a ``creating`` block): itself, or behind
+    PgBouncer one on the runtime's direct sessions (see the module)."""
+    if not behind_pgbouncer():
+        return store
+    return Store(await runtime().creating_pool(), store.rng)
+
+
 async def _hold_apply_lock(conn: Any) -> None:
     key = _CREATING.get()
     if key is not None:
@@ -88,6 +100,7 @@ class Runtime:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._pool: asyncpg.Pool | None = None
+        self._direct: asyncpg.Pool | None = None
         self._redis: redis.Redis | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -97,15 +110,32 @@ class Runtime:
         if self._pool is None:
             # Reconciles leave no session state behind (the key lock is released by ``locked``
             # itself), so connections skip the reset query: a round trip saved per use.
+            pooled = behind_pgbouncer()  # then the apply lock lives on ``creating_pool``
             self._pool = await create_pool(
                 database_url(),
                 min_size=1,
                 max_size=4,
                 reset_sessions=False,
+                setup=None if pooled else _hold_apply_lock,
+                reset=None if pooled else _release_apply_lock,
+            )
+        return self._pool
+
+    async def creating_pool(self) -> asyncpg.Pool:
+        """Where creates run: the main pool, or behind PgBouncer direct sessions that can
+        hold the apply lock from acquire to release (see the module)."""
+        if not behind_pgbouncer():
+            return await self.pool()
+        if self._direct is None:
+            self._direct = await create_pool(
+                stream_database_url(),
+                min_size=0,
+                max_size=3,  # a Job's parallel create streams (``job.CREATE_STREAMS``)
+                reset_sessions=False,
                 setup=_hold_apply_lock,
                 reset=_release_apply_lock,
             )
-        return self._pool
+        return self._direct
 
     async def store(self) -> Store:
         return Store(await self.pool())
@@ -140,25 +170,22 @@ class Runtime:
         """Hold the advisory locks of whichever ``keys`` are free, on one connection, for the
         block; yields those keys (a key another reconcile holds is left to it)."""
         pool = await self.pool()
+        # Transaction-level locks in a transaction held open for the block: through PgBouncer
+        # the transaction keeps one server connection, and its end (commit, or the client's
+        # death) releases them.
         async with pool.acquire() as conn:
-            got: list[str] = await conn.fetchval(
-                "SELECT coalesce(array_agg(k), '{}') FROM unnest($1::text[]) k"
-                " WHERE pg_try_advisory_lock(hashtextextended(k, 7))",
-                list(dict.fromkeys(keys)),
-            )
             try:
-                yield set(got)
-            finally:
-                try:
-                    if got:
-                        await conn.execute(
-                            "SELECT pg_advisory_unlock(hashtextextended(k, 7))"
-                            " FROM unnest($1::text[]) k",
-                            got,
-                        )
-                except BaseException:
+                async with conn.transaction():
+                    got: list[str] = await conn.fetchval(
+                        "SELECT coalesce(array_agg(k), '{}') FROM unnest($1::text[]) k"
+                        " WHERE pg_try_advisory_xact_lock(hashtextextended(k, 7))",
+                        list(dict.fromkeys(keys)),
+                    )
+                    yield set(got)
+            except BaseException:
+                if conn.is_in_transaction():
                     conn.terminate()  # the locks end with the session, never left held
-                    raise
+                raise
 
     # -- pending markers -----------------------------------------------------------------
     def mark_pending(self, key: str) -> bool:

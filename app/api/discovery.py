@@ -10,10 +10,12 @@ from litestar import Request, Response, get
 
 from app import __version__
 from app.api.fairness import metric_lines
+from app.api.pool_metrics import metric_lines as pgbouncer_lines
 from app.api.responses import json_response
 from app.api.routes import guarded
 from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
 from app.core.scale import SCALED
+from app.store.history import metric_lines as history_metric_lines
 from app.store.tokens import User
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -186,6 +188,8 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
     for k in KINDS:
         lines.append(f'qm_watch_cache_objects{{kind="{k.kind}"}} {len(cache.objects[k.kind])}')
     lines += metric_lines(state.get("fairness"))
+    lines += await pgbouncer_lines()  # when QM_PGBOUNCER_ADMIN_URL is set (ADR 0057)
+    lines += await history_metric_lines(state.objects.store.pool)  # ADR 0052
     return "\n".join(lines) + "\n"
 
 

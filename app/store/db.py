@@ -69,7 +69,9 @@ async def create_pool(
         max_size=max_size,
         init=_init,
         setup=setup,
-        reset=reset or (None if reset_sessions else _keep_session),
+        # Behind PgBouncer the reset query would run on whichever server connection is free,
+        # not this session's: it is skipped (an open transaction is still rolled back).
+        reset=reset or (None if reset_sessions and not behind_pgbouncer() else _keep_session),
         statement_cache_size=0 if behind_pgbouncer() else 256,
         server_settings={"application_name": "quaymaster", "TimeZone": "UTC"},
     )

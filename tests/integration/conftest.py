@@ -21,7 +21,9 @@ from agent.runtime.cgroups import detect as detect_cgroups
 
 
 @pytest.fixture
-def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str) -> Iterator[Plane]:
+def plane(
+    make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str, through_pgbouncer: Any
+) -> Iterator[Plane]:
     url = make_database("qm_ctl")
     # Each test gets its own Redis database index, so queues and markers start empty.
     broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
@@ -33,6 +35,7 @@ def plane(make_database: Any, revisioner_on: Any, stop_all: Any, redis_url: str)
         "QM_BROKER_URL": broker,
         "QM_RESYNC_SECONDS": "2",
         "PYTHONUNBUFFERED": "1",
+        **through_pgbouncer(url),  # under QM_TEST_PGBOUNCER=1 (ADR 0057)
     }
     with revisioner_on(url), psycopg.connect(url, autocommit=True) as db:
         p = Plane(url, db, env, [])
