@@ -19,8 +19,6 @@ import os
 import sys
 from typing import Any
 
-from app.store import drift, schema_objects
-
 from .dbbackup import add_parsers as add_backup_parsers
 
 
@@ -45,6 +43,9 @@ def database_url(args: argparse.Namespace) -> str | None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    # Imported here: SQLAlchemy and Alembic cost every other qm command a third of a second.
+    from app.store import drift, schema_objects
+
     url = database_url(args)
     if not url:
         print("error: name the database with --url or QM_MIGRATION_DATABASE_URL", file=sys.stderr)
