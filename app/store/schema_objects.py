@@ -393,7 +393,7 @@ BEGIN
              qm_history_str($1, 'request_id'), coalesce(qm_history_str($1, 'reason'), 'TRUNCATE'),
              coalesce(qm_history_str($1, 'verb'), 'truncate')
         FROM (SELECT qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
-    $f$, TG_TABLE_NAME, knd, key, v_dropped) USING ctx;
+    $f$, TG_TABLE_NAME, v_kind, v_key, v_dropped) USING v_ctx;
   END IF;
   RETURN NULL;
 END
@@ -1128,6 +1128,9 @@ TRIGGERS: dict[str, str] = {
     "replicasets_history_truncate on replicasets": """BEFORE TRUNCATE ON public.replicasets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_history_upd on replicasets": """AFTER UPDATE ON public.replicasets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_stamp on replicasets": """BEFORE INSERT OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
+    "reporting.namespace_access_history_del on reporting.namespace_access": """AFTER DELETE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_ins on reporting.namespace_access": """AFTER INSERT ON reporting.namespace_access REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_upd on reporting.namespace_access": """AFTER UPDATE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
     "resourcequotas_history_del on resourcequotas": """AFTER DELETE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_history_ins on resourcequotas": """AFTER INSERT ON public.resourcequotas REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_history_truncate on resourcequotas": """BEFORE TRUNCATE ON public.resourcequotas FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
@@ -1382,6 +1385,30 @@ VIEWS: dict[str, str] = {
             WHEN (jsonb_typeof((q.spec -> 'hard'::text)) = 'object'::text) THEN (q.spec -> 'hard'::text)
             ELSE '{}'::jsonb
         END) h(key, value)""",
+    "reporting.role_bindings": """SELECT b.kind,
+    b.namespace,
+    b.name AS binding,
+    ((b.spec -> 'roleRef'::text) ->> 'kind'::text) AS role_kind,
+    ((b.spec -> 'roleRef'::text) ->> 'name'::text) AS role_name,
+    (s.value ->> 'kind'::text) AS subject_kind,
+    (s.value ->> 'name'::text) AS subject_name,
+    (s.value ->> 'namespace'::text) AS subject_namespace
+   FROM (( SELECT 'RoleBinding'::text AS kind,
+            rolebindings.namespace,
+            rolebindings.name,
+            rolebindings.spec
+           FROM rolebindings
+        UNION ALL
+         SELECT 'ClusterRoleBinding'::text,
+            clusterrolebindings.namespace,
+            clusterrolebindings.name,
+            clusterrolebindings.spec
+           FROM clusterrolebindings) b
+     CROSS JOIN LATERAL jsonb_array_elements(
+        CASE
+            WHEN (jsonb_typeof((b.spec -> 'subjects'::text)) = 'array'::text) THEN (b.spec -> 'subjects'::text)
+            ELSE '[]'::jsonb
+        END) s(value))""",
     "reporting.rollout_changes": """SELECT at,
     namespace,
     name AS deployment,
@@ -1433,6 +1460,13 @@ VIEWS: dict[str, str] = {
           WHERE ((x.table_name = 'deployments'::text) AND (x.uid = d.uid) AND (x.at <= rs.creation_timestamp) AND ((x.op = 'insert'::text) OR ((x.op = 'update'::text) AND (x.after ? 'spec'::text) AND (((x.after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((x.before -> 'spec'::text) -> 'template'::text)))))
           ORDER BY x.at DESC, x.id DESC
          LIMIT 1) h ON (true))""",
+    "reporting.service_ips": """SELECT host(ip) AS ip,
+    namespace,
+    name AS service,
+    allocated_at,
+    released_at,
+    (released_at IS NULL) AS held
+   FROM service_ips i""",
     "reporting.workloads": """WITH owned AS (
          SELECT (o.value ->> 'uid'::text) AS owner_uid,
             count(*) FILTER (WHERE ((p.deletion_timestamp IS NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) AS live,
@@ -1538,6 +1572,11 @@ VIEWS: dict[str, str] = {
 }
 
 POLICIES: dict[str, str] = {
+    "clusterrolebindings_everyone on clusterrolebindings": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "clusterrolebindings_reporting on clusterrolebindings": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
     "deployments_everyone on deployments": """as PERMISSIVE for ALL to public using (true) with check (true)""",
     "deployments_reporting on deployments": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
    FROM reporting.namespace_access
@@ -1587,6 +1626,16 @@ POLICIES: dict[str, str] = {
    FROM reporting.namespace_access
   WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
    FROM reporting.namespace_access)))""",
+    "rolebindings_everyone on rolebindings": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "rolebindings_reporting on rolebindings": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
+    "service_ips_everyone on service_ips": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "service_ips_reporting on service_ips": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
 }
 
 GRANTS: dict[str, str] = {
@@ -1599,6 +1648,7 @@ GRANTS: dict[str, str] = {
     "clusterrolebindings to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "clusterrolebindings to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "clusterrolebindings to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "clusterrolebindings to qm_reporting: SELECT": """name, namespace, spec, uid""",
     "clusterroles to qm_app: DELETE": """""",
     "clusterroles to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "clusterroles to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
@@ -1673,6 +1723,7 @@ GRANTS: dict[str, str] = {
     "qm_bootstrap_tokens to qm_app: SELECT": """created_at, created_by, description, expires_at, last_used_at, node_name, secret_sha256, token_id, uses_left""",
     "qm_bootstrap_tokens to qm_app: UPDATE": """created_at, created_by, description, expires_at, last_used_at, node_name, secret_sha256, token_id, uses_left""",
     "qm_history to qm_reporting: SELECT": """after, application_name, at, before, client_addr, db_role, groups, hash, id, kind, name, namespace, op, principal, reason, request_id, seq, subresource, summary_count, table_name, uid, user_agent, verb, xid""",
+    "qm_history_anchors to qm_archivist: SELECT": """archived_at, archived_by, before, exported, id, last_hash, last_seq, partitions""",
     "qm_node_credentials to qm_app: DELETE": """""",
     "qm_node_credentials to qm_app: INSERT": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
     "qm_node_credentials to qm_app: SELECT": """bootstrap_token_id, created_at, id, node_name, token_sha256""",
@@ -1706,8 +1757,10 @@ GRANTS: dict[str, str] = {
     "reporting.pending_pods to qm_reporting: SELECT": """age_seconds, created, message, name, namespace, node_name, priority, reason, uid""",
     "reporting.pending_pods_by_reason to qm_reporting: SELECT": """from_10m_to_1h, from_1m_to_10m, median_seconds, namespace, oldest_seconds, over_1h, pods, reason, under_1m""",
     "reporting.quota_usage to qm_reporting: SELECT": """hard, hard_amount, namespace, quota, resource, used, used_amount, used_fraction""",
+    "reporting.role_bindings to qm_reporting: SELECT": """binding, kind, namespace, role_kind, role_name, subject_kind, subject_name, subject_namespace""",
     "reporting.rollout_changes to qm_reporting: SELECT": """at, change, db_role, deployment, deployment_uid, history_id, namespace, principal, reason, replicas_after, replicas_before, request_id, subresource, verb""",
     "reporting.rollout_history to qm_reporting: SELECT": """change_cause, changed_at, changed_by, created, current, db_role, deployment, deployment_uid, namespace, ready_replicas, reason, replicas, replicaset, request_id, revision""",
+    "reporting.service_ips to qm_reporting: SELECT": """allocated_at, held, ip, namespace, released_at, service""",
     "reporting.workloads to qm_reporting: SELECT": """available, converged, created, current, desired, failed, generation, kind, live_pods, name, namespace, observed_generation, ready, ready_pods, succeeded, uid, updated""",
     "resourcequotas to qm_app: DELETE": """""",
     "resourcequotas to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
@@ -1718,6 +1771,7 @@ GRANTS: dict[str, str] = {
     "rolebindings to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "rolebindings to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "rolebindings to qm_app: UPDATE": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
+    "rolebindings to qm_reporting: SELECT": """name, namespace, spec, uid""",
     "roles to qm_app: DELETE": """""",
     "roles to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "roles to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
@@ -1734,6 +1788,7 @@ GRANTS: dict[str, str] = {
     "service_ips to qm_app: INSERT": """allocated_at, ip, name, namespace, released_at, service_uid""",
     "service_ips to qm_app: SELECT": """allocated_at, ip, name, namespace, released_at, service_uid""",
     "service_ips to qm_app: UPDATE": """allocated_at, ip, name, namespace, released_at, service_uid""",
+    "service_ips to qm_reporting: SELECT": """allocated_at, ip, name, namespace, released_at""",
     "serviceaccounts to qm_app: DELETE": """""",
     "serviceaccounts to qm_app: INSERT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
     "serviceaccounts to qm_app: SELECT": """annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers, generate_name, generation, labels, name, namespace, owner_references, row_version, spec, status, uid""",
@@ -1745,6 +1800,7 @@ GRANTS: dict[str, str] = {
 }
 
 SETTINGS: dict[str, str] = {
+    "clusterrolebindings": """row security""",
     "deployments": """row security""",
     "endpointslices": """fillfactor=80""",
     "events": """row security; fillfactor=85""",
@@ -1768,10 +1824,14 @@ SETTINGS: dict[str, str] = {
     "reporting.pending_pods": """security_invoker=true""",
     "reporting.pending_pods_by_reason": """security_invoker=true""",
     "reporting.quota_usage": """security_invoker=true""",
+    "reporting.role_bindings": """security_invoker=true""",
     "reporting.rollout_changes": """security_invoker=true""",
     "reporting.rollout_history": """security_invoker=true""",
+    "reporting.service_ips": """security_invoker=true""",
     "reporting.workloads": """security_invoker=true""",
     "resourcequotas": """row security""",
+    "rolebindings": """row security""",
+    "service_ips": """row security""",
 }
 
 INDEXES: dict[str, str] = {
