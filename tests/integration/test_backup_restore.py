@@ -25,11 +25,8 @@ from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.supervise import free_port
 from app.store.backup import (
-    BackupError,
     choose_backup,
     list_backups,
-    prepare_restore,
-    prune,
     take_backup,
     wait_archived,
 )
@@ -180,30 +177,38 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
         source.stop()
 
 
-def test_a_restore_refuses_a_target_before_the_backup_ended_and_keeps_the_newest_backups(
-    scratch: Path,
+def test_pruning_keeps_what_the_newest_backup_needs_to_replay_the_whole_archive(
+    scratch: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    archive = scratch / "archive"
+    archive, backups = scratch / "archive", scratch / "backups"
     source = EmbeddedPostgres(scratch / "source", fsync=False, wal_archive=archive)
+    restored = EmbeddedPostgres(scratch / "restored", fsync=False)
     try:
         url = source.start()
         early = _server_now(url)
-        first, _ = take_backup(url, scratch / "backups")
-        second, info = take_backup(url, scratch / "backups")
-        with pytest.raises(BackupError, match="precedes the end of backup"):
-            prepare_restore(second, scratch / "r" / "data", archive=archive, target=early)
-        into = ["--into", str(scratch / "r" / "data"), "--archive", str(archive)]
-        assert main(["db", "restore", "--from", str(second), "--target-time", early.isoformat(),
-                     *into]) == 1  # fmt: skip
-        assert not (scratch / "r" / "data").exists()  # nothing laid out
-        with pytest.raises(BackupError, match="no backup under"):
-            choose_backup(scratch / "backups", early)
-        assert choose_backup(scratch / "backups", None) == second
+        first, _ = take_backup(url, backups)
         before = _segments(archive)
-        assert prune(scratch / "backups", keep=1) == [first]
-        assert [p for p, _ in list_backups(scratch / "backups")] == [second]
+        taken = _qm(capsys, "db", "backup", "--url", url, "--dir", str(backups), "--keep", "1",
+                    "-o", "json")  # fmt: skip
+        second, start = Path(taken["path"]), taken["start_wal_file"]
+        assert taken["pruned"] == [str(first)] and not first.exists()
+        assert [p for p, _ in list_backups(backups)] == [second]
         left = _segments(archive)  # WAL segments; the small .backup history files stay
-        assert left and min(left) == info.start_wal_file  # what the kept backup needs stays
-        assert set(before) - set(left) == {s for s in before if s < info.start_wal_file} != set()
+        assert min(left) == start and not set(before) & set(left)  # only the first one's: gone
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute("CREATE TABLE written_after (x int)")
+            wait_archived(db)
+        source.stop()
+
+        into = ["--into", str(restored.data_dir), "--archive", str(archive)]
+        assert main(["db", "restore", "--from", str(backups), "--target-time", early.isoformat(),
+                     *into]) == 1  # fmt: skip
+        assert not restored.data_dir.exists()  # refused before anything was copied
+        assert main(["db", "restore", "--from", str(backups), *into]) == 0  # to the archive's end
+        with psycopg.connect(restored.start(), autocommit=True) as db:
+            found = db.execute("SELECT to_regclass('written_after')::text").fetchone()
+            assert found == ("written_after",)
+            assert db.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
     finally:
+        restored.stop()
         source.stop()
