@@ -313,11 +313,12 @@ def test_rolling_upgrade_from_the_previous_release(
             balancer.drain(old_api.url)
             old_api.stop()
             stop_processes(old_controllers)
-            procs += _controllers(new, _env(new, url, broker, token, new_port),
-                                  tmp_path / "new-controllers.log")  # fmt: skip
+            new_controllers = _controllers(new, _env(new, url, broker, token, new_port),
+                                           tmp_path / "new-controllers.log")  # fmt: skip
+            procs += new_controllers
             time.sleep(4)  # the new release alone
             load.finish()
-        gone = [p.args for p in procs if p.poll() is not None]
+        gone = [p.args for p in new_controllers if p.poll() is not None]
         assert not gone, f"controllers exited: {gone} (logs in {tmp_path})"
 
         print(
