@@ -91,10 +91,14 @@ async def test_orphans_are_collected_on_the_second_sighting_only(ctx: Context) -
     assert await gc.collect(ctx) == 1
     names = {r["name"] for r in await ctx.pool.fetch("SELECT name FROM configmaps")}
     assert names == {"owner", "kept", "half"}
-    audit = await ctx.pool.fetchval(
-        "SELECT username FROM qm_audit WHERE name = 'orphan' AND verb = 'delete'"
+    audit = await ctx.pool.fetchrow(
+        "SELECT principal, reason FROM qm_history WHERE name = 'orphan' AND op = 'delete'"
     )
-    assert audit == "system:quaymaster-garbage-collector"
+    assert audit is not None
+    assert tuple(audit) == (
+        "system:controller:garbage-collector",
+        "orphan: no owner it names exists",
+    )
 
 
 async def test_an_owner_appearing_between_passes_saves_the_dependent(ctx: Context) -> None:

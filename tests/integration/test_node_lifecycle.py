@@ -189,7 +189,8 @@ def test_a_silent_nodes_pods_are_replaced_on_schedule(plane: Plane, agents: Agen
                + len(pods_on(plane.db, "n1")) + len(pods_on(plane.db, "n2")) == 9,
                timeout=20, what="replacements bound elsewhere")  # fmt: skip
     audit = plane.db.execute(
-        "SELECT count(*) FROM qm_audit WHERE username = 'system:quaymaster-node-lifecycle'"
+        "SELECT count(*) FROM qm_history"
+        " WHERE principal = 'system:controller:node-lifecycle-controller'"
         " AND verb = 'delete' AND kind = 'Pod'"
     ).fetchone()
     assert audit is not None and audit[0] == len(doomed)

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from app.api.auth import Authenticator
+from app.core.audit import WriteContext
 from app.core.errors import NotFound, Unauthorized
 from app.core.kinds import BY_KIND, TOKEN
 from app.store import tokens
@@ -96,10 +97,11 @@ async def test_expired_and_revoked_tokens_are_refused(pool: asyncpg.Pool) -> Non
     )
     assert await tokens.lookup(pool, minted.token) is None
     other = await tokens.mint(pool, "bob", (), 3600)
-    revoked = await tokens.revoke(pool, other.obj["metadata"]["name"], "admin")
+    admin = WriteContext(principal="admin")
+    revoked = await tokens.revoke(pool, other.obj["metadata"]["name"], admin)
     assert revoked is not None and revoked["status"]["revokedAt"]
     assert await tokens.lookup(pool, other.token) is None
-    again = await tokens.revoke(pool, other.obj["metadata"]["name"], "admin")
+    again = await tokens.revoke(pool, other.obj["metadata"]["name"], admin)
     assert again is not None and again["status"]["revokedAt"] == revoked["status"]["revokedAt"]
 
 
@@ -152,24 +154,25 @@ async def test_deleting_a_service_account_revokes_its_tokens(
         await tokens.create_service_account_token(pool, "robots", "builder", 600)
 
 
-async def test_audit_rows_carry_the_principals_groups(pool: asyncpg.Pool) -> None:
+async def test_history_rows_carry_the_principals_groups(pool: asyncpg.Pool) -> None:
     store = Store(pool)
     user = User("dana", ("team-d", "system:authenticated"))
-    await store.create(
-        NS, {"metadata": {"name": "audited"}, "status": {"phase": "Active"}}, actor=user.actor
-    )
+    dana = WriteContext(principal=user.name, groups=user.groups)
+    await store.create(NS, {"metadata": {"name": "audited"}, "status": {"phase": "Active"}}, dana)
     made = await store.create(
-        CM, {"metadata": {"name": "c", "namespace": "audited"}, "data": {}}, actor=user.actor
+        CM, {"metadata": {"name": "c", "namespace": "audited"}, "data": {}}, dana
     )
-    await store.update(CM, {**made.obj, "data": {"k": "v"}}, made.row_version, actor=user.actor)
-    await store.delete(CM, "audited", "c", actor="plain-name")
+    await store.update(CM, {**made.obj, "data": {"k": "v"}}, made.row_version, dana)
+    await store.delete(CM, "audited", "c", ctx=WriteContext(principal="plain-name"))
     rows = await pool.fetch(
-        "SELECT username, groups, verb FROM qm_audit WHERE namespace = 'audited' ORDER BY id"
+        "SELECT principal, groups, verb FROM qm_history"
+        " WHERE (namespace = 'audited' OR name = 'audited') AND op <> 'summary' ORDER BY id"
     )
-    assert [(r["username"], r["groups"], r["verb"]) for r in rows] == [
+    assert [(r["principal"], r["groups"], r["verb"]) for r in rows] == [
+        ("dana", ["team-d", "system:authenticated"], "create"),
         ("dana", ["team-d", "system:authenticated"], "create"),
         ("dana", ["team-d", "system:authenticated"], "update"),
-        ("plain-name", [], "delete"),
+        ("plain-name", None, "delete"),
     ]
 
 
@@ -193,7 +196,7 @@ async def test_long_dead_records_are_purged(pool: asyncpg.Pool) -> None:
         "UPDATE qm_tokens SET revoked_at = now() - interval '8 days' WHERE token_sha256 = $1",
         tokens.digest(old.token),
     )
-    await tokens.revoke(pool, recent.obj["metadata"]["name"], "")
+    await tokens.revoke(pool, recent.obj["metadata"]["name"], None)
     await tokens.purge(pool)
     names = {o["metadata"]["name"] for o in await tokens.list_tokens(pool, "kim")}
     assert names == {live.obj["metadata"]["name"], recent.obj["metadata"]["name"]}
