@@ -9,7 +9,9 @@ API servers; ``/metrics`` prints :func:`metric_lines`.
 
 A request over its flow's share waits on a future until the dispatcher admits it, at most the
 queue wait limit; then, or at once when its queue is full, it is refused with 429 and
-``Retry-After``. A watch or a log follow holds its seat only while its handler starts the
+``Retry-After``. A flow held back by its rate limit (while another flow uses the server) has
+no release to wake it: a timer at the dispatcher's :meth:`~app.core.fairness.Dispatcher.next_tick`
+does. A watch or a log follow holds its seat only while its handler starts the
 stream (:func:`as_user` returns the streaming response at once), which is how watches "count
 when they start".
 """
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 RETRY_AFTER_S = 1
+DEFAULT_FLOW_RATE = 50.0  # seats per second per flow in the cluster while others use it
 _COLLECTION = re.compile(
     "^/apis/" + re.escape(API_VERSION) + r"/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)$"
 )
@@ -56,6 +59,7 @@ def env_config(env: MutableMapping[str, str] | None = None) -> tuple[int, core.C
         queue_length=int(e.get("QM_API_QUEUE_LENGTH", "50")),
         max_queued=int(e.get("QM_API_MAX_QUEUED", "1000")),
         wait_limit=float(e.get("QM_API_QUEUE_WAIT_S", "5")),
+        flow_rate=float(e.get("QM_API_FLOW_RATE", str(DEFAULT_FLOW_RATE))),
     )
     return int(e.get("QM_API_SEATS", "400")), config, float(e.get("QM_API_HEARTBEAT_S", "2"))
 
@@ -93,12 +97,15 @@ class FlowControl:
         self.cache = cache
         self.dispatcher = core.Dispatcher(core.seat_limits(total_seats, 1), config)
         self._waiting: dict[core.Request, asyncio.Future[None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
     def set_servers(self, servers: int) -> None:
         if servers != self.servers:
             log.info("%d API servers share the seats", servers)
             self.servers = servers
-            self._wake(self.dispatcher.set_limits(core.seat_limits(self.total_seats, servers)))
+            d = self.dispatcher
+            self._wake(d.set_limits(core.seat_limits(self.total_seats, servers)))
+            self._wake(d.set_rate(core.flow_rate(d.config.flow_rate, servers)))
 
     @contextlib.asynccontextmanager
     async def seat(self, user: User, seats: int) -> AsyncIterator[None]:
@@ -107,6 +114,7 @@ class FlowControl:
         level, flow = core.classify(user.name, user.groups)
         req = self.dispatcher.offer(level, flow, seats, loop.time())
         if req.state == "queued":
+            self._arm()
             await self._wait(req)
         if req.state != "admitted":
             raise TooManyRequests(
@@ -142,6 +150,22 @@ class FlowControl:
             fut = self._waiting.get(req)
             if fut is not None and not fut.done():
                 fut.set_result(None)
+        if self._waiting:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Keep a timer at the time a request held back by its flow's rate may run."""
+        loop = asyncio.get_running_loop()
+        at = self.dispatcher.next_tick(loop.time())
+        if at is None or (self._timer is not None and self._timer.when() <= at):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._wake(self.dispatcher.tick(asyncio.get_running_loop().time()))
 
 
 # The request being served, set by FairShare for the handler's task.
@@ -221,7 +245,9 @@ def metric_lines(control: FlowControl | None) -> list[str]:
     """Prometheus text: seats, queues and refusals per level and per flow."""
     if control is None:
         return []
-    out = ["# TYPE qm_apf_api_servers gauge", f"qm_apf_api_servers {control.servers}"]
+    out = ["# TYPE qm_apf_api_servers gauge", f"qm_apf_api_servers {control.servers}",
+           "# TYPE qm_apf_flow_rate_limit gauge",
+           f"qm_apf_flow_rate_limit {control.dispatcher.rate:g}"]  # fmt: skip
     levels = control.dispatcher.levels.values()
     for name, kind, value in (
         ("seats_limit", "gauge", lambda lv: lv.limit),

@@ -18,7 +18,13 @@ nothing at our scale:
   among flows holding as many, the one served least recently goes first (round robin), so a
   flood whose seats have all just been released does not go ahead of a quiet flow again;
 * queues are bounded (``queue_length`` per flow, ``max_queued`` per level) and so is the wait
-  (``wait_limit``): past either the request is rejected, which the API answers with 429.
+  (``wait_limit``): past either the request is rejected, which the API answers with 429;
+* while another flow is active on the server (any level: its requests share the event loop and
+  the database), a flow may also take no more than ``rate`` seats per second (a token bucket of
+  one second's worth, at least one widest request): its next request waits in its queue even
+  with seats free, so a flood of short requests, which seats alone do not slow, leaves capacity
+  idle for the others. A flow alone on the server is not limited by rate: it may use all its
+  level's seats. See :func:`flow_rate`.
 
 The level's seat count is this server's part of the cluster's: see :func:`seat_limits`.
 """
@@ -80,6 +86,13 @@ def list_seats(objects: int, limit: int | None) -> int:
     return max(1, min(MAX_SEATS, math.ceil(n / OBJECTS_PER_SEAT)))
 
 
+def flow_rate(total: float, servers: int) -> float:
+    """One flow's seats per second on one of ``servers`` API servers when the cluster allows
+    each flow ``total`` (0: no rate limit). Split like the seats, so a flow spreading its
+    requests over all servers gets the cluster's rate, no more."""
+    return max(0.0, total) / max(1, servers)
+
+
 def seat_limits(total: int, servers: int, shares: Mapping[str, int] = SHARES) -> dict[str, int]:
     """Each level's seats on one of ``servers`` API servers sharing ``total`` seats.
 
@@ -112,6 +125,8 @@ class Flow:
     rejected: int = 0
     last_active: float = 0.0
     served: int = 0  # the level's dispatch count when this flow was last admitted
+    tokens: float = -1.0  # seats it may take now under the rate limit (-1: a full bucket)
+    refilled: float = 0.0  # when ``tokens`` was last brought up to date
 
 
 @dataclass
@@ -131,6 +146,8 @@ class Config:
     max_queued: int = 1000  # requests all flows of a level may have waiting
     wait_limit: float = 5.0  # seconds a request may wait before it is refused
     idle_flow_s: float = 600.0  # a flow's counters are forgotten this long after its last use
+    flow_rate: float = 0.0  # seats per second one flow may take in the cluster (0: no limit)
+    active_s: float = 1.0  # another flow used the server this recently: the rate limit applies
 
 
 class Dispatcher:
@@ -141,6 +158,11 @@ class Dispatcher:
         self.levels: dict[str, Level] = {EXEMPT: Level(EXEMPT, 0)}
         self.levels.update({n: Level(n, max(1, s)) for n, s in limits.items()})
         self._seq = 0
+        self.rate = flow_rate(config.flow_rate, 1)  # seats per second per flow on this server
+        # The two flows that used the server last and when, most recent first: whether a flow
+        # has company is then one comparison, whatever the number of flows.
+        self._recent: list[tuple[str, float]] = [("", -math.inf), ("", -math.inf)]
+        self._now = 0.0
 
     def offer(self, level: str, flow: str, seats: int, now: float) -> Request:
         """A new request: admitted at once, queued, or rejected (``state`` says which)."""
@@ -150,17 +172,20 @@ class Dispatcher:
         if f is None:
             f = lv.flows[flow] = Flow()
         f.last_active = now
+        self._active(flow, now)
         width = seats if lv.limit == 0 else max(1, min(seats, lv.limit))
         req = Request(lv.name, flow, width, now, self._seq)
-        if lv.limit == 0 or (not lv.queued and lv.in_use + width <= lv.limit):
-            self._admit(lv, f, req)  # nobody waits and it fits: no queue needed
+        if lv.limit == 0 or (
+            not lv.queued and lv.in_use + width <= lv.limit and self._within_rate(f, req, now)
+        ):
+            self._admit(lv, f, req, now)  # nobody waits and it may run: no queue needed
             return req
         if len(f.queue) >= self.config.queue_length or lv.queued >= self.config.max_queued:
             self._reject(lv, f, req, QUEUE_FULL)
             return req
         f.queue.append(req)
         lv.queued += 1
-        self._dispatch(lv)
+        self._dispatch(lv, now)
         return req
 
     def release(self, req: Request, now: float) -> list[Request]:
@@ -173,7 +198,8 @@ class Dispatcher:
         f = lv.flows[req.flow]
         f.in_use -= req.seats
         f.last_active = now
-        return self._dispatch(lv)
+        self._active(req.flow, now)
+        return self._dispatch(lv, now)
 
     def expire(self, now: float) -> list[Request]:
         """Reject every queued request that has waited ``wait_limit`` or longer; returns them
@@ -190,8 +216,38 @@ class Dispatcher:
                     out.append(req)
                     expired = True
             if expired:
-                out += self._dispatch(lv)
+                out += self._dispatch(lv, now)
         return out
+
+    def tick(self, now: float) -> list[Request]:
+        """Admit what the rate limit held back and may now run (see :meth:`next_tick`)."""
+        out: list[Request] = []
+        for lv in self.levels.values():
+            if lv.queued:
+                out += self._dispatch(lv, now)
+        return out
+
+    def next_tick(self, now: float) -> float | None:
+        """When a queue head held back by its flow's rate limit may run next (its bucket
+        refilled or its flow left alone), if any: the shell calls :meth:`tick` then."""
+        if not self.rate:
+            return None
+        out: float | None = None
+        for lv in self.levels.values():
+            if not lv.queued:
+                continue
+            for name, f in lv.flows.items():
+                if not f.queue or self._within_rate(f, f.queue[0], now):
+                    continue
+                need = min(f.queue[0].seats, self._burst()) - f.tokens
+                at = min(now + need / self.rate, self._company_until(name))
+                out = at if out is None else min(out, at)
+        return out
+
+    def set_rate(self, rate: float) -> list[Request]:
+        """A new per-flow rate on this server (0: none); returns requests now admitted."""
+        self.rate = max(0.0, rate)
+        return self.tick(self._now)
 
     def cancel(self, req: Request, now: float) -> list[Request]:
         """The client went away: drop ``req`` from its queue, or release its seats."""
@@ -202,7 +258,7 @@ class Dispatcher:
             lv.flows[req.flow].queue.remove(req)
             lv.queued -= 1
             req.state = "done"
-            return self._dispatch(lv)
+            return self._dispatch(lv, now)
         return []
 
     def set_limits(self, limits: Mapping[str, int]) -> list[Request]:
@@ -215,7 +271,7 @@ class Dispatcher:
                 self.levels[name] = Level(name, max(1, seats))
                 continue
             lv.limit = max(1, seats)
-            out += self._dispatch(lv)
+            out += self._dispatch(lv, self._now)
         return out
 
     def prune(self, now: float) -> None:
@@ -227,31 +283,70 @@ class Dispatcher:
             for k in idle:
                 del lv.flows[k]
 
-    def _dispatch(self, lv: Level) -> list[Request]:
+    def _dispatch(self, lv: Level, now: float) -> list[Request]:
         """Admit queue heads while seats allow: the flow holding the fewest seats first, the
-        one served least recently among equals. A head that does not fit waits (and so does everyone
-        behind it) rather than being overtaken forever by narrower requests."""
+        one served least recently among equals; a flow over its rate waits aside. A head that
+        does not fit waits (and so does everyone behind it) rather than being overtaken forever
+        by narrower requests."""
         out: list[Request] = []
         while lv.queued:
-            f = min((f for f in lv.flows.values() if f.queue),
-                    key=lambda f: (f.in_use, f.served, f.queue[0].seq))  # fmt: skip
+            ready = [f for f in lv.flows.values()
+                     if f.queue and self._within_rate(f, f.queue[0], now)]  # fmt: skip
+            if not ready:
+                break
+            f = min(ready, key=lambda f: (f.in_use, f.served, f.queue[0].seq))
             head = f.queue[0]
             if lv.in_use + head.seats > lv.limit:
                 break
             f.queue.popleft()
             lv.queued -= 1
-            self._admit(lv, f, head)
+            self._admit(lv, f, head, now)
             out.append(head)
         return out
 
-    @staticmethod
-    def _admit(lv: Level, f: Flow, req: Request) -> None:
+    def _active(self, flow: str, now: float) -> None:
+        """``flow`` used the server at ``now``: keep the two most recent flows."""
+        self._now = max(self._now, now)
+        first = self._recent[0]
+        if first[0] == flow:
+            self._recent[0] = (flow, now)
+        else:
+            self._recent = [(flow, now), first]
+
+    def _company_until(self, flow: str) -> float:
+        """Until when ``flow`` counts as sharing the server with another flow."""
+        first, second = self._recent
+        other = second if first[0] == flow else first
+        return other[1] + self.config.active_s
+
+    def _burst(self) -> float:
+        return max(float(MAX_SEATS), self.rate)  # a second's worth, at least the widest request
+
+    def _refill(self, f: Flow, now: float) -> None:
+        if f.tokens < 0:
+            f.tokens = self._burst()
+        elif now > f.refilled:
+            f.tokens = min(self._burst(), f.tokens + (now - f.refilled) * self.rate)
+        f.refilled = max(f.refilled, now)
+
+    def _within_rate(self, f: Flow, req: Request, now: float) -> bool:
+        """Whether ``req`` may run now as far as its flow's rate goes: no limit, no company,
+        or enough tokens (a request wider than the bucket needs it full)."""
+        if not self.rate or req.level == EXEMPT or self._company_until(req.flow) <= now:
+            return True
+        self._refill(f, now)
+        return f.tokens + 1e-6 >= min(req.seats, self._burst())  # float error: no spin
+
+    def _admit(self, lv: Level, f: Flow, req: Request, now: float) -> None:
         req.state = "admitted"
         lv.in_use += req.seats
         lv.dispatched += 1
         f.in_use += req.seats
         f.dispatched += 1
         f.served = lv.dispatched
+        if self.rate and lv.limit:  # alone or not, the bucket pays: company finds it spent
+            self._refill(f, now)
+            f.tokens = max(0.0, f.tokens - req.seats)
 
     @staticmethod
     def _reject(lv: Level, f: Flow, req: Request, reason: str) -> None:

@@ -1,0 +1,186 @@
+"""The per-flow rate limit of API priority and fairness, on a fake clock: a flow sharing the
+server with another flow takes at most its rate of seats per second, however short its
+requests; a flow alone is limited only by its level's seats."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.api.fairness import FlowControl, env_config, metric_lines
+from app.core import fairness as f
+from app.store.tokens import User
+
+LEVEL = f.GLOBAL_DEFAULT
+RATE = 20.0  # seats per second per flow; the bucket holds one second's worth
+
+
+def dispatcher(rate: float = RATE, seats: int = 40, **config: float) -> f.Dispatcher:
+    return f.Dispatcher({LEVEL: seats, f.SYSTEM: 4}, f.Config(flow_rate=rate, **config))  # type: ignore[arg-type]
+
+
+def burst(d: f.Dispatcher, flow: str, n: int, now: float, seats: int = 1) -> list[f.Request]:
+    """``n`` requests of ``flow`` at ``now``, each released at once if admitted."""
+    out = []
+    for _ in range(n):
+        req = d.offer(LEVEL, flow, seats, now)
+        d.release(req, now)
+        out.append(req)
+    return out
+
+
+def test_the_cluster_rate_is_split_among_the_servers() -> None:
+    assert f.flow_rate(50, 1) == 50
+    assert f.flow_rate(50, 2) == 25
+    assert f.flow_rate(0, 3) == 0
+    assert f.flow_rate(50, 0) == 50
+
+
+def test_a_flow_alone_is_limited_only_by_seats() -> None:
+    d = dispatcher()
+    reqs = burst(d, "flooder", 500, 0.0)
+    assert all(r.state == "done" for r in reqs)  # 500 seats in no time, far over 20/s
+
+
+def test_with_company_a_flow_gets_its_bucket_then_its_rate() -> None:
+    d = dispatcher()
+    burst(d, "calm", 1, 0.0)
+    reqs = burst(d, "flooder", 25, 0.0)
+    assert [r.state for r in reqs] == ["done"] * 20 + ["queued"] * 5  # a second's worth
+    assert d.next_tick(0.0) == pytest.approx(1 / RATE)
+    assert d.tick(0.01) == []
+    assert d.tick(0.05) == [reqs[20]]
+    # Seats were free all along: the rate, not the level, held them back.
+    assert d.levels[LEVEL].in_use == 1
+
+
+def test_the_flows_company_is_not_held_back_by_the_flood() -> None:
+    d = dispatcher()
+    burst(d, "calm", 1, 0.0)
+    flood = burst(d, "flooder", 30, 0.0)
+    assert flood[-1].state == "queued"
+    calm = d.offer(LEVEL, "calm", 1, 0.1)
+    assert calm.state == "admitted"
+
+
+def test_a_flood_that_had_the_server_to_itself_finds_its_bucket_spent() -> None:
+    d = dispatcher()
+    burst(d, "flooder", 100, 0.0)  # alone: all admitted, the bucket paid for them
+    burst(d, "calm", 1, 0.0)
+    late = d.offer(LEVEL, "flooder", 1, 0.0)
+    assert late.state == "queued"
+    assert d.next_tick(0.0) == pytest.approx(1 / RATE)
+
+
+def test_a_held_back_flow_runs_when_its_company_leaves() -> None:
+    d = dispatcher(active_s=1.0)
+    burst(d, "calm", 1, 0.0)
+    reqs = [d.offer(LEVEL, "flooder", 1, 0.0) for _ in range(30)]  # held, none released
+    assert sum(r.state == "admitted" for r in reqs) == 20
+    assert d.next_tick(0.0) == pytest.approx(0.05)
+    # Long after calm's last request, the flooder is alone again: everything that fits runs.
+    assert len(d.tick(1.0)) == 10
+
+
+def test_a_wide_request_waits_for_as_many_tokens_as_seats() -> None:
+    d = dispatcher(rate=10.0)  # the bucket holds 10: a full list's worth
+    burst(d, "calm", 1, 0.0)
+    burst(d, "flooder", 4, 0.0)
+    wide = d.offer(LEVEL, "flooder", 10, 0.0)
+    assert wide.state == "queued"
+    assert d.next_tick(0.0) == pytest.approx(0.4)
+    assert d.tick(0.39) == []
+    assert d.tick(0.4) == [wide]
+
+
+def test_the_exempt_level_and_a_zero_rate_are_not_limited() -> None:
+    d = dispatcher()
+    burst(d, "calm", 1, 0.0)
+    admins = [d.offer(f.EXEMPT, "admin", 10, 0.0) for _ in range(100)]
+    assert all(r.state == "admitted" for r in admins)
+    off = dispatcher(rate=0.0)
+    burst(off, "calm", 1, 0.0)
+    assert all(r.state == "done" for r in burst(off, "flooder", 200, 0.0))
+    assert off.next_tick(0.0) is None
+
+
+def test_lifting_the_rate_admits_the_held_back() -> None:
+    d = dispatcher()
+    burst(d, "calm", 1, 0.0)
+    reqs = burst(d, "flooder", 22, 0.0)
+    assert d.set_rate(0.0) == reqs[20:]
+
+
+def test_the_rate_comes_from_the_environment() -> None:
+    _, config, _ = env_config({"QM_API_FLOW_RATE": "80"})
+    assert config.flow_rate == 80.0
+    _, default, _ = env_config({})
+    assert default.flow_rate > 0
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["offer", "release", "tick"]), st.sampled_from(["a", "b"]),
+              st.integers(1, 10), st.floats(0.0, 0.3)),
+    max_size=120,
+)  # fmt: skip
+
+
+@given(ops)
+def test_with_company_no_flow_takes_more_than_its_bucket_and_rate(
+    script: list[tuple[str, str, int, float]],
+) -> None:
+    d = dispatcher(rate=10.0, seats=400, queue_length=1000, wait_limit=1e9, active_s=1e9)
+    d.offer(f.SYSTEM, "company", 1, 0.0)  # another flow, in another level, keeps company
+    now = 0.0
+    every: list[f.Request] = []
+    live: list[f.Request] = []
+    for op, flow, seats, dt in script:
+        now += dt
+        if op == "offer":
+            every.append(d.offer(LEVEL, flow, seats, now))
+            live.append(every[-1])
+        elif op == "tick":
+            d.tick(now)
+        elif live:
+            d.release(live.pop(seats % len(live)), now)
+        for name in ("a", "b"):
+            taken = sum(
+                r.seats for r in every if r.flow == name and r.state in ("admitted", "done")
+            )
+            assert taken <= 10 + 10.0 * now + 1e-6
+        if (at := d.next_tick(now)) is not None:
+            assert at > now
+
+
+async def test_the_shell_wakes_a_held_back_request_by_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    clock = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    c = FlowControl(400, f.Config(flow_rate=10.0, wait_limit=3600.0), None)
+    calm, flooder = User("calm", ()), User("flooder", ())
+    async with c.seat(calm, 1):
+        pass
+    for _ in range(10):  # the bucket's worth
+        async with c.seat(flooder, 1):
+            pass
+    entered = asyncio.Event()
+
+    async def held() -> None:
+        async with c.seat(flooder, 1):
+            entered.set()
+
+    task = asyncio.create_task(held())
+    await asyncio.sleep(0)
+    assert not entered.is_set() and c._timer is not None
+    assert c._timer.when() == pytest.approx(clock[0] + 0.1)
+    clock[0] += 0.1  # the timer's time: call what it would call
+    c._tick()
+    await task
+    assert entered.is_set()
+    assert "qm_apf_flow_rate_limit 10" in metric_lines(c)
+    monkeypatch.undo()
