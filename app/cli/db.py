@@ -74,5 +74,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    code: int = args.db_run(args)
+    try:
+        code: int = args.db_run(args)
+    except BrokenPipeError:  # ``qm db check | head``: silence the final flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
