@@ -28,12 +28,20 @@ from __future__ import annotations
 
 from alembic import op
 
+from migrations import online
+from migrations.kind_table import history_triggers
+
 revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
 
 ROLE = "qm_reporting"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
 
 # What qm_reporting could read before this revision (restored by the downgrade).
 OLD_GRANTS = (
@@ -129,21 +137,23 @@ CREATE POLICY namespace_access_own ON reporting.namespace_access FOR SELECT TO {
 """
 
 
-# Who was given which namespaces is itself audited: the history's triggers (migration 0014)
-# record the mapping's changes like a state table's, under its own namespace column.
-ACCESS_HISTORY = "".join(
-    f"""
-CREATE TRIGGER namespace_access_history_{op} AFTER {event} ON reporting.namespace_access
-  REFERENCING {refs} FOR EACH STATEMENT
-  EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{{}}');
-ALTER TABLE reporting.namespace_access ENABLE ALWAYS TRIGGER namespace_access_history_{op};
+# Who was given which namespaces is itself audited: the history's own triggers (migration 0014,
+# through its helper, so they stay whatever that helper makes) on the mapping, resolved in the
+# reporting schema. All of it once: the step commits before the per-table ones, and a retried
+# migration must not create it twice.
+ACCESS_ONCE = f"""
+DO $once$
+DECLARE
+  path text := current_setting('search_path');
+BEGIN
+  IF to_regclass('reporting.namespace_access') IS NULL THEN
+    EXECUTE $ddl${ACCESS}$ddl$;
+    PERFORM set_config('search_path', 'reporting, public', true);
+    EXECUTE $ddl${history_triggers("namespace_access", "", key="role_name")}$ddl$;
+    PERFORM set_config('search_path', path, true);
+  END IF;
+END $once$
 """
-    for op, event, refs in (
-        ("ins", "INSERT", "NEW TABLE AS new_rows"),
-        ("upd", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-        ("del", "DELETE", "OLD TABLE AS old_rows"),
-    )
-)
 
 
 def _visible(column: str) -> str:
@@ -155,18 +165,33 @@ def _visible(column: str) -> str:
     )
 
 
-def _policies(table: str, column: str) -> str:
+def _policy(table: str, name: str, definition: str, comment: str) -> str:
+    """``CREATE POLICY`` unless it exists (a migration retried after a lock timeout runs its
+    committed steps again), with its comment."""
     return f"""
-ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
-CREATE POLICY {table}_everyone ON {table} AS PERMISSIVE FOR ALL TO PUBLIC
-  USING (true) WITH CHECK (true);
-CREATE POLICY {table}_reporting ON {table} AS RESTRICTIVE FOR SELECT TO {ROLE}
-  USING ({_visible(column)});
-COMMENT ON POLICY {table}_everyone ON {table} IS
-  'Row-level security changes nothing for roles other than {ROLE}''s members';
-COMMENT ON POLICY {table}_reporting ON {table} IS
-  'A reporting role sees the rows of the namespaces reporting.namespace_access gives it';
-"""
+  IF NOT EXISTS (SELECT 1 FROM pg_policies WHERE schemaname = 'public'
+                  AND tablename = '{table}' AND policyname = '{name}') THEN
+    CREATE POLICY {name} ON {table} {definition};
+  END IF;
+  COMMENT ON POLICY {name} ON {table} IS {_quote(comment)};"""
+
+
+def _policies(table: str, column: str) -> str:
+    """One statement per table (one short ACCESS EXCLUSIVE lock, in a transaction of its own):
+    the policies first, so no role is ever denied rows while RLS is on without them."""
+    everyone = _policy(
+        table, f"{table}_everyone",
+        "AS PERMISSIVE FOR ALL TO PUBLIC USING (true) WITH CHECK (true)",
+        f"Row-level security changes nothing for roles other than {ROLE}'s members",
+    )  # fmt: skip
+    reporting = _policy(
+        table, f"{table}_reporting",
+        f"AS RESTRICTIVE FOR SELECT TO {ROLE} USING ({_visible(column)})",
+        "A reporting role sees the rows of the namespaces reporting.namespace_access gives it",
+    )  # fmt: skip
+    return f"""DO $do$ BEGIN{everyone}{reporting}
+  ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+END $do$"""
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -185,13 +210,12 @@ def _carries_value(image: str) -> str:
 # Defence in depth: whatever path wrote a Secret's history row (the triggers keep only a
 # digest of its data; a row copied from the legacy audit trail kept its annotations), a
 # reporting role never reads one that could carry a value.
-SECRET_ROWS = f"""
-CREATE POLICY qm_history_reporting_secrets ON qm_history AS RESTRICTIVE FOR SELECT TO {ROLE}
-  USING (table_name IS DISTINCT FROM 'secrets'
-         OR NOT ({_carries_value("before")} OR {_carries_value("after")}));
-COMMENT ON POLICY qm_history_reporting_secrets ON qm_history IS
-  'A reporting role never reads a Secret''s history row that could carry its value';
-"""
+SECRET_ROWS = "DO $do$ BEGIN" + _policy(
+    "qm_history", "qm_history_reporting_secrets",
+    f"AS RESTRICTIVE FOR SELECT TO {ROLE} USING (table_name IS DISTINCT FROM 'secrets'"
+    f" OR NOT ({_carries_value('before')} OR {_carries_value('after')}))",
+    "A reporting role never reads a Secret's history row that could carry its value",
+) + "\nEND $do$"  # fmt: skip
 
 
 # Whether a pod holds room on its node (the allocation triggers' rule, migration 0002).
@@ -791,15 +815,12 @@ VIEWS: tuple[View, ...] = (
 )  # fmt: skip
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _view(view: View) -> str:
     name, comment, select, columns = view
     cols = ", ".join(columns)
     out = (
-        f"CREATE VIEW reporting.{name} ({cols}) WITH (security_invoker = true) AS{select};\n"
+        f"CREATE OR REPLACE VIEW reporting.{name} ({cols})"
+        f" WITH (security_invoker = true) AS{select};\n"
         f"COMMENT ON VIEW reporting.{name} IS {_quote(comment)};\n"
     )
     for col, text in columns.items():
@@ -823,18 +844,17 @@ END $$;
 
 
 def upgrade() -> None:
+    # Everything here is idempotent: the per-table steps commit on their own, and a migration
+    # retried after a lock timeout runs them again.
+    op.execute(_app_bypasses(True))
     op.execute(f"REVOKE ALL ON {', '.join(OLD_GRANTS)} FROM {ROLE}")
-    op.execute(ACCESS)
-    op.execute(ACCESS_HISTORY)
-    for table, column in RLS.items():
-        op.execute(_policies(table, column))
-    op.execute(SECRET_ROWS)
+    op.execute(ACCESS_ONCE)
+    online.each_in_own_transaction([SECRET_ROWS, *(_policies(t, c) for t, c in RLS.items())])
     for table, cols in COLUMNS.items():
         op.execute(f"GRANT SELECT ({', '.join(cols)}) ON {table} TO {ROLE}")
     for view in VIEWS:
         op.execute(_view(view))
     op.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA reporting TO {ROLE}")
-    op.execute(_app_bypasses(True))
 
 
 def downgrade() -> None:
