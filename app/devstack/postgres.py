@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 
 from app.devstack.supervise import LOOPBACK, pid_alive, sticky_port, stop_pid, tail, wait_pid_gone
-from app.store.backup import finish_restore, restore_pending
+from app.store.backup import BackupError, finish_restore, restore_pending
 from app.store.backup import wheel_bin_dir as wheel_bin_dir  # still imported from here
 
 SERVICE_USER = "quaymaster"
@@ -246,7 +246,11 @@ class EmbeddedPostgres:
         restoring = restore_pending(self.data_dir)  # laid out by ``qm db restore``
         self._pg_ctl_start()
         if restoring:  # replay to the target and promote before anyone connects
-            finish_restore(self.url_for("postgres"), lambda: self.pid is not None)
+            try:
+                finish_restore(self.url_for("postgres"), lambda: self.pid is not None)
+            except BackupError as exc:
+                log = f"--- {self.log_path} ---\n{tail(self.log_path)}"
+                raise BackupError(f"{exc}\n{log}") from None
         create_database(self.url_for("postgres"), DATABASE)
         return self.url
 
