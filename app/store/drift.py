@@ -25,6 +25,7 @@ from alembic_utils.pg_grant_table import PGGrantTable
 from alembic_utils.pg_policy import PGPolicy
 from alembic_utils.pg_trigger import PGTrigger
 from alembic_utils.pg_view import PGView
+from alembic_utils.replaceable_entity import ReplaceableEntity
 from sqlalchemy import Computed, create_engine, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
@@ -124,6 +125,35 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
 
 def expected_objects() -> dict[str, dict[str, str]]:
     return {group: getattr(schema_objects, group.upper(), {}) for group in GROUPS}
+
+
+def _split(key: str) -> tuple[str, str]:
+    """``reporting.x`` -> ("reporting", "x"); a key with no owned schema in front is public."""
+    head, _, rest = key.partition(".")
+    return (head, rest) if head in SCHEMAS and head != "public" and rest else ("public", key)
+
+
+def declared_entities() -> list[ReplaceableEntity]:
+    """The recorded functions, triggers, views and policies as ``alembic-utils`` entities, for
+    tools that want them as such (``register_entities`` on a scratch database, or
+    ``op.replace_entity`` in a migration). ``qm db check`` compares the text and does not
+    need them."""
+    out: list[ReplaceableEntity] = []
+    for key, definition in schema_objects.FUNCTIONS.items():
+        sch, signature = _split(key)
+        out.append(PGFunction(schema=sch, signature=signature, definition=definition))
+    for key, definition in schema_objects.VIEWS.items():
+        sch, signature = _split(key)
+        out.append(PGView(schema=sch, signature=signature, definition=definition))
+    for key, definition in schema_objects.TRIGGERS.items():
+        name, _, table = _split(key)[1].partition(" on ")
+        out.append(PGTrigger(schema=_split(key)[0], signature=name, on_entity=table,
+                             definition=definition))  # fmt: skip
+    for key, definition in schema_objects.POLICIES.items():
+        name, _, table = _split(key)[1].partition(" on ")
+        out.append(PGPolicy(schema=_split(key)[0], signature=name, on_entity=table,
+                            definition=definition))  # fmt: skip
+    return out
 
 
 def _object_drift(
