@@ -86,7 +86,7 @@ def _snapshot(db: psycopg.Connection, namespace: str) -> tuple[list[tuple[Any, .
             (namespace,),
         ).fetchall()
     audit = db.execute(
-        "SELECT count(*) FROM qm_audit WHERE namespace = %s", (namespace,)
+        "SELECT count(*) FROM qm_history WHERE namespace = %s", (namespace,)
     ).fetchone()
     assert audit is not None
     return sorted(rows), int(audit[0])
@@ -617,7 +617,8 @@ async def test_concurrent_puts_from_one_version(api_server, http, db) -> None:
     (winner,) = [r.json() for r in rs if r.status_code == 200]
     assert http.get(f"{CM}/race-put").json() == winner
     audits = db.execute(
-        "SELECT verb FROM qm_audit WHERE namespace = %s AND name = 'race-put' ORDER BY id", (NS,)
+        "SELECT verb FROM qm_history WHERE namespace = %s AND name = 'race-put' ORDER BY id",
+        (NS,),
     ).fetchall()
     assert [a[0] for a in audits] == ["create", "update"]
 
@@ -640,7 +641,7 @@ async def test_concurrent_creates_of_one_name(api_server, http, db) -> None:
     ).fetchall()
     assert rows == [({"data": winner["data"]},)]
     audits = db.execute(
-        "SELECT count(*) FROM qm_audit WHERE namespace = %s AND name = 'race-create'", (NS,)
+        "SELECT count(*) FROM qm_history WHERE namespace = %s AND name = 'race-create'", (NS,)
     ).fetchone()
     assert audits == (1,)
 
@@ -664,7 +665,7 @@ async def test_concurrent_merge_patches_all_apply(api_server, http, db) -> None:
     for i, r in enumerate(rs):
         assert r.json()["metadata"]["labels"][f"l{i}"] == str(i), "a response shows its write"
     audits = db.execute(
-        "SELECT verb, count(*) FROM qm_audit WHERE namespace = %s AND name = 'race-patch'"
+        "SELECT verb, count(*) FROM qm_history WHERE namespace = %s AND name = 'race-patch'"
         " GROUP BY verb ORDER BY verb",
         (NS,),
     ).fetchall()

@@ -62,7 +62,7 @@ def leaks(db: psycopg.Connection, *needles: str) -> dict[str, int]:
     for table, column in (
         ("secrets", "spec::text || labels::text || annotations::text"),
         ("qm_revision_log", "object::text"),
-        ("qm_audit", "coalesce(before::text, '') || coalesce(after::text, '')"),
+        ("qm_history", "coalesce(before::text, '') || coalesce(after::text, '')"),
         ("events", "spec::text"),
     ):
         (n,) = db.execute(
@@ -98,7 +98,12 @@ def test_no_plaintext_in_table_log_or_audit(http: httpx.Client, db: psycopg.Conn
     ).fetchone() or (0,)
     assert revisions >= 3  # create, update, patch all went through the log
     needles = (MARK, b64(MARK), b64(one), b64(two), b64(three))
-    assert leaks(db, *needles) == {"secrets": 0, "qm_revision_log": 0, "qm_audit": 0, "events": 0}
+    assert leaks(db, *needles) == {
+        "secrets": 0,
+        "qm_revision_log": 0,
+        "qm_history": 0,
+        "events": 0,
+    }
 
 
 def test_tampered_ciphertext_refused(http: httpx.Client, db: psycopg.Connection) -> None:

@@ -105,7 +105,7 @@ def test_a_token_is_shown_once_and_only_its_digest_is_stored(
     assert made["spec"]["user"] == "erin" and made["spec"]["groups"] == ["team-e"]
     shown = admin.get(f"{AUTHN}/tokens/{name}").json()
     assert "token" not in shown.get("status", {}) and token not in str(shown)
-    for table in ("qm_tokens", "qm_revision_log", "qm_audit"):
+    for table in ("qm_tokens", "qm_revision_log", "qm_history"):
         row = db.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{token}%",))
         assert row.fetchone() == (0,), table
     stored = db.execute("SELECT token_sha256 FROM qm_tokens WHERE name = %s", (name,)).fetchone()
@@ -227,16 +227,18 @@ def test_oversized_and_malformed_bodies(admin: httpx.Client) -> None:
     assert r.status_code == 422, r.text
 
 
-def test_audit_rows_carry_principal_and_groups(admin: httpx.Client, db: psycopg.Connection) -> None:
+def test_history_rows_carry_principal_and_groups(
+    admin: httpx.Client, db: psycopg.Connection
+) -> None:
     name = f"audited-{secrets.token_hex(3)}"
     assert admin.post(f"{API}/namespaces", json={"metadata": {"name": name}}).status_code == 201
     row = db.execute(
-        "SELECT username, groups FROM qm_audit WHERE kind = 'Namespace' AND name = %s", (name,)
+        "SELECT principal, groups FROM qm_history WHERE kind = 'Namespace' AND name = %s", (name,)
     ).fetchone()
     assert row == ("admin", ["system:masters", "system:authenticated"])
     made = mint(admin, user="ivy", expirationSeconds=600)
     rows = db.execute(
-        "SELECT verb, username, groups FROM qm_audit WHERE kind = 'Token' AND name = %s",
+        "SELECT verb, principal, groups FROM qm_history WHERE kind = 'Token' AND name = %s",
         (made["metadata"]["name"],),
     ).fetchall()
     assert rows == [("create", "admin", ["system:masters", "system:authenticated"])]
