@@ -84,16 +84,10 @@ def history_triggers(
     args = f"'{key}', '{kind}', '{rule}', '{{{','.join(dropped)}}}'"
     fn = f"EXECUTE FUNCTION qm_history_record({args})"
     return f"""
-CREATE TRIGGER {table}_history_ins AFTER INSERT ON {table}
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT {fn};
-CREATE TRIGGER {table}_history_upd AFTER UPDATE ON {table}
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT {fn};
-CREATE TRIGGER {table}_history_del AFTER DELETE ON {table}
-  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT {fn};
+CREATE TRIGGER {table}_history AFTER INSERT OR UPDATE OR DELETE ON {table}
+  FOR EACH ROW {fn};
 CREATE TRIGGER {table}_history_truncate BEFORE TRUNCATE ON {table}
   FOR EACH STATEMENT {fn};
-ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_ins;
-ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_upd;
-ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_del;
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history;
 ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_truncate;
 """

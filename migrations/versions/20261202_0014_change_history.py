@@ -11,9 +11,8 @@ Create Date: 2026-12-02
 * ``qm_history``: one row per inserted, updated or deleted row of every state table, range
   partitioned by month on ``at`` (plus a default partition that should stay empty).
   ``qm_history_partitions(ahead)`` creates the months ahead; the sealer calls it.
-* Statement-level AFTER triggers with transition tables on every state table (``<table>_history_
-  ins|upd|del`` plus a TRUNCATE trigger) call ``qm_history_record``: one set-based INSERT per
-  statement. They read the writer's context from the transaction-local settings ``qm.context``
+* Row-level AFTER triggers on every state table (``<table>_history``, plus
+  ``<table>_history_truncate``) call ``qm_history_record``: one INSERT per row written. They read the writer's context from the transaction-local settings ``qm.context``
   (a JSON object) and ``qm.contexts`` (``"namespace/name"`` -> such an object, which wins).
   ``ENABLE ALWAYS``: ``session_replication_role = replica`` does not silence them.
 * High-churn writes (``summarise`` argument: a pod's or node's status-only write that changes
@@ -123,7 +122,6 @@ CREATE TABLE qm_history (
 ALTER SEQUENCE qm_history_id_seq OWNED BY qm_history.id;
 CREATE TABLE qm_history_default PARTITION OF qm_history DEFAULT;
 CREATE INDEX qm_history_object ON qm_history (table_name, namespace, name, at);
-CREATE INDEX qm_history_uid ON qm_history (uid, at) WHERE uid IS NOT NULL;
 CREATE INDEX qm_history_principal ON qm_history (principal, at) WHERE principal IS NOT NULL;
 CREATE INDEX qm_history_at ON qm_history USING brin (at);
 CREATE INDEX qm_history_seq ON qm_history (seq) WHERE seq IS NOT NULL;
@@ -195,14 +193,14 @@ FUNCTIONS = r"""
 CREATE FUNCTION qm_history_context(setting text) RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT CASE
-    WHEN s IS NULL OR s = '' THEN NULL
-    WHEN NOT pg_input_is_valid(s, 'jsonb') THEN
-      jsonb_build_object('reason', 'unreadable ' || setting || ': ' || left(s, 200))
-    ELSE CASE WHEN jsonb_typeof(s::jsonb) = 'object' THEN s::jsonb
-              ELSE jsonb_build_object('reason', 'unreadable ' || setting || ': ' || left(s, 200))
-         END
+    WHEN coalesce(current_setting(setting, true), '') = '' THEN NULL
+    WHEN pg_input_is_valid(current_setting(setting, true), 'jsonb')
+         AND jsonb_typeof(CASE WHEN pg_input_is_valid(current_setting(setting, true), 'jsonb')
+                               THEN current_setting(setting, true)::jsonb END) = 'object'
+      THEN current_setting(setting, true)::jsonb
+    ELSE jsonb_build_object('reason',
+           'unreadable ' || setting || ': ' || left(current_setting(setting, true), 200))
   END
-  FROM current_setting(setting, true) AS s
 $$;
 
 -- A context's string field (NULL unless a string), and its groups (NULL unless an array).
@@ -247,7 +245,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     WHEN 'all' THEN true
     WHEN 'status' THEN (before - 'status' - 'row_version') = '{}'::jsonb
     WHEN 'lease' THEN (before - 'spec' - 'generation' - 'row_version') = '{}'::jsonb
-                      AND (before -> 'spec') - 'renewTime' = (after -> 'spec') - 'renewTime'
+                      AND coalesce((before -> 'spec') - 'renewTime', '{}')
+                          = coalesce((after -> 'spec') - 'renewTime', '{}')
     WHEN 'heartbeat' THEN (before - 'renewed_at') = '{}'::jsonb
     ELSE false
   END
@@ -264,119 +263,95 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     h.client_addr, h.user_agent, h.reason, h.verb, h.subresource, h.summary_count)::text
 $$;
 
--- Statement-level AFTER trigger on every state table. Arguments: key column, kind ('' for an
--- internal table), summarising rule, columns never copied (a text[] literal).
+-- AFTER ... FOR EACH ROW on every state table, and BEFORE TRUNCATE. Arguments: key column,
+-- kind ('' for an internal table), summarising rule, columns never copied (a text[] literal).
+-- Row level rather than statement level with transition tables: nearly every write is one
+-- row, and a row trigger's statements are planned once per session, where the set-based
+-- statement over transition tables cost more per write than it saved (ADR 0052).
 CREATE FUNCTION qm_history_record() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
-  v_key text := TG_ARGV[0];
-  v_kind text := nullif(TG_ARGV[1], '');
-  v_rule text := TG_ARGV[2];
-  v_dropped text[] := TG_ARGV[3]::text[];
-  v_ctx jsonb := qm_history_context('qm.context');
-  v_ctxs jsonb := qm_history_context('qm.contexts');
-  v_hour timestamptz := date_trunc('hour', statement_timestamp(), 'UTC');
+  v_old jsonb;
+  v_new jsonb;
+  v_row jsonb;
+  v_before jsonb;
+  v_after jsonb;
+  v_ctx jsonb;
+  v_ns text;
+  v_name text;
+  v_churn boolean;
+  v_text text;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    WITH r AS (
-      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
-    ), d AS (
-      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
-             NULL::jsonb AS b, j AS a, v_rule = 'all' AS churn
-        FROM r
-    ), t AS (
-      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
-      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
-       GROUP BY ns
-      ON CONFLICT (hour, table_name, namespace, backend)
-        DO UPDATE SET count = y.count + EXCLUDED.count
-    )
-    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
-      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
-      verb, subresource)
-    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.a ->> 'uid')::uuid,
-           'insert', d.b, d.a, session_user, current_setting('application_name'),
-           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
-           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
-           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
-           qm_history_str(c, 'subresource')
-      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
-     WHERE NOT d.churn;
-  ELSIF TG_OP = 'UPDATE' THEN
-    WITH o AS (
-      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
-    ), n AS (
-      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
-    ), p AS (
-      SELECT o.j AS oj, n.j AS nj FROM o JOIN n ON (o.j -> v_key) = (n.j -> v_key)
-    ), e AS (
-      SELECT coalesce(p.nj ->> 'namespace', '') AS ns,
-             coalesce(p.nj ->> 'name', p.nj ->> v_key) AS nm, p.nj ->> 'uid' AS uid, x.b, x.a
-        FROM p CROSS JOIN LATERAL (
-          SELECT coalesce(jsonb_object_agg(f.k, f.ov), '{}') AS b,
-                 coalesce(jsonb_object_agg(f.k, f.nv), '{}') AS a
-            FROM (SELECT oe.key AS k, oe.value AS ov, ne.value AS nv
-                    FROM jsonb_each(p.oj) AS oe JOIN jsonb_each(p.nj) AS ne ON ne.key = oe.key
-                   WHERE oe.value IS DISTINCT FROM ne.value) AS f) AS x
-    ), d AS (
-      SELECT e.*, qm_history_churn(v_rule, e.b, e.a) AS churn FROM e
-    ), t AS (
-      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
-      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
-       GROUP BY ns
-      ON CONFLICT (hour, table_name, namespace, backend)
-        DO UPDATE SET count = y.count + EXCLUDED.count
-    )
-    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
-      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
-      verb, subresource)
-    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, d.uid::uuid,
-           'update', d.b, d.a, session_user, current_setting('application_name'),
-           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
-           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
-           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
-           qm_history_str(c, 'subresource')
-      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
-     WHERE NOT d.churn;
-  ELSIF TG_OP = 'DELETE' THEN
-    WITH r AS (
-      SELECT qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
-    ), d AS (
-      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
-             j AS b, NULL::jsonb AS a, v_rule = 'all' AS churn
-        FROM r
-    ), t AS (
-      INSERT INTO qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
-      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
-       GROUP BY ns
-      ON CONFLICT (hour, table_name, namespace, backend)
-        DO UPDATE SET count = y.count + EXCLUDED.count
-    )
-    INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
-      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
-      verb, subresource)
-    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.b ->> 'uid')::uuid,
-           'delete', d.b, d.a, session_user, current_setting('application_name'),
-           qm_history_str(c, 'principal'), qm_history_groups(c), qm_history_str(c, 'request_id'),
-           qm_history_str(c, 'client'), qm_history_str(c, 'user_agent'),
-           qm_history_str(c, 'reason'), qm_history_str(c, 'verb'),
-           qm_history_str(c, 'subresource')
-      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
-     WHERE NOT d.churn;
-  ELSIF TG_OP = 'TRUNCATE' THEN
-    -- BEFORE TRUNCATE: every row about to go is recorded as deleted.
+  IF TG_OP = 'TRUNCATE' THEN
+    -- Every row about to go is recorded as deleted.
+    v_ctx := public.qm_history_context('qm.context');
     EXECUTE format($f$
-      INSERT INTO qm_history (xid, table_name, kind, namespace, name, uid, op, before,
+      INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before,
         db_role, application_name, principal, groups, request_id, reason, verb)
       SELECT pg_current_xact_id(), %1$L, %2$L, coalesce(j ->> 'namespace', ''),
              coalesce(j ->> 'name', j ->> %3$L), (j ->> 'uid')::uuid, 'delete', j,
              session_user, current_setting('application_name'),
-             qm_history_str($1, 'principal'), qm_history_groups($1),
-             qm_history_str($1, 'request_id'), coalesce(qm_history_str($1, 'reason'), 'TRUNCATE'),
-             coalesce(qm_history_str($1, 'verb'), 'truncate')
-        FROM (SELECT qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
-    $f$, TG_TABLE_NAME, v_kind, v_key, v_dropped) USING v_ctx;
+             public.qm_history_str($1, 'principal'), public.qm_history_groups($1),
+             public.qm_history_str($1, 'request_id'), coalesce(public.qm_history_str($1, 'reason'), 'TRUNCATE'),
+             coalesce(public.qm_history_str($1, 'verb'), 'truncate')
+        FROM (SELECT public.qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
+    $f$, TG_TABLE_NAME, nullif(TG_ARGV[1], ''), TG_ARGV[0], TG_ARGV[3]) USING v_ctx;
+    RETURN NULL;
   END IF;
+  IF TG_OP = 'INSERT' THEN
+    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
+    v_after := v_new;
+    v_row := v_new;
+    v_churn := TG_ARGV[2] = 'all';
+  ELSIF TG_OP = 'DELETE' THEN
+    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
+    v_before := v_old;
+    v_row := v_old;
+    v_churn := TG_ARGV[2] = 'all';
+  ELSE
+    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
+    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
+    v_row := v_new;
+    -- Only the top-level columns that changed, old values before and new after.
+    SELECT coalesce(jsonb_object_agg(o.key, o.value), '{}'),
+           coalesce(jsonb_object_agg(o.key, n.value), '{}')
+      INTO v_before, v_after
+      FROM jsonb_each(v_old) AS o JOIN jsonb_each(v_new) AS n ON n.key = o.key
+     WHERE o.value IS DISTINCT FROM n.value;
+    v_churn := coalesce(public.qm_history_churn(TG_ARGV[2], v_before, v_after), false);
+  END IF;
+  v_ns := coalesce(v_row ->> 'namespace', '');
+  v_name := coalesce(v_row ->> 'name', v_row ->> TG_ARGV[0]);
+  IF v_churn THEN
+    -- Counted, not stored: this backend's own row for the hour, so no two connections wait.
+    INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+    VALUES (date_trunc('hour', statement_timestamp(), 'UTC'), TG_TABLE_NAME, v_ns,
+            pg_backend_pid(), nullif(TG_ARGV[1], ''), 1)
+    ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1;
+    RETURN NULL;
+  END IF;
+  -- A batch's entry for this object wins over the statement's context. The settings are
+  -- looked at before they are parsed: most writes carry one, a DBA's none.
+  v_text := current_setting('qm.contexts', true);
+  IF v_text <> '' THEN
+    v_ctx := public.qm_history_context('qm.contexts') -> (v_ns || '/' || v_name);
+  END IF;
+  IF v_ctx IS NULL THEN
+    v_text := current_setting('qm.context', true);
+    IF v_text <> '' THEN
+      v_ctx := public.qm_history_context('qm.context');
+    END IF;
+  END IF;
+  INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+    db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+    verb, subresource)
+  VALUES (pg_current_xact_id(), TG_TABLE_NAME, nullif(TG_ARGV[1], ''), v_ns, v_name,
+          (v_row ->> 'uid')::uuid, lower(TG_OP), v_before, v_after, session_user,
+          current_setting('application_name'), public.qm_history_str(v_ctx, 'principal'),
+          public.qm_history_groups(v_ctx), public.qm_history_str(v_ctx, 'request_id'),
+          public.qm_history_str(v_ctx, 'client'), public.qm_history_str(v_ctx, 'user_agent'),
+          public.qm_history_str(v_ctx, 'reason'), public.qm_history_str(v_ctx, 'verb'),
+          public.qm_history_str(v_ctx, 'subresource'));
   RETURN NULL;
 END
 $$;
@@ -387,7 +362,15 @@ BEGIN
   IF TG_OP = 'UPDATE' AND current_setting('qm.sealing', true) = 'on'
      AND OLD.seq IS NULL AND OLD.hash IS NULL
      AND NEW.seq IS NOT NULL AND NEW.hash IS NOT NULL
-     AND (to_jsonb(NEW) - 'seq' - 'hash') = (to_jsonb(OLD) - 'seq' - 'hash') THEN
+     AND (NEW.id, NEW.at, NEW.xid, NEW.table_name, NEW.kind, NEW.namespace, NEW.name, NEW.uid,
+          NEW.op, NEW.before, NEW.after, NEW.db_role, NEW.application_name, NEW.principal,
+          NEW.groups, NEW.request_id, NEW.client_addr, NEW.user_agent, NEW.reason, NEW.verb,
+          NEW.subresource, NEW.summary_count)
+         IS NOT DISTINCT FROM
+         (OLD.id, OLD.at, OLD.xid, OLD.table_name, OLD.kind, OLD.namespace, OLD.name, OLD.uid,
+          OLD.op, OLD.before, OLD.after, OLD.db_role, OLD.application_name, OLD.principal,
+          OLD.groups, OLD.request_id, OLD.client_addr, OLD.user_agent, OLD.reason, OLD.verb,
+          OLD.subresource, OLD.summary_count) THEN
     RETURN NEW;
   END IF;
   RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
@@ -742,8 +725,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in TRACKED:
-        for suffix in ("ins", "upd", "del", "truncate"):
-            op.execute(f"DROP TRIGGER IF EXISTS {table}_history_{suffix} ON {table}")
+        op.execute(f"DROP TRIGGER IF EXISTS {table}_history ON {table}")
+        op.execute(f"DROP TRIGGER IF EXISTS {table}_history_truncate ON {table}")
     op.execute("DROP TRIGGER IF EXISTS qm_audit_history_context ON qm_audit")
     op.execute(
         """

@@ -1,0 +1,355 @@
+"""Change-history benchmark (ADR 0052): what recording every write costs, in one run.
+
+    python -m bench.audit.run [--rounds 3] [--seconds 10] [--writers 8] [--pods 200]
+                              [--nodes 10000] [--renewals 3]
+
+A throwaway embedded PostgreSQL migrated with ``alembic upgrade head`` (``bench.common.Stack``,
+no API server), written through the store layer (``app.store.store.Store``) with a write
+context on every write, as the API and the controllers write.
+
+* **Throughput with and without history.** ``--writers`` concurrent writers each loop over
+  create, update and delete of a ConfigMap (every one of those writes is stored in the history:
+  the worst case; a status-only write would only be counted). Rounds alternate history off
+  (the history triggers disabled) and on (enabled, with the sealer running once a second as the
+  revisioner leader runs it), ``--seconds`` each, so the shared machine's other load weighs on
+  both alike. Reported: writes/s per round and the median ratio on/off (target >= 0.8).
+* **Bytes per pod lifecycle.** ``--pods`` pods each go through create, bind (``spec.nodeName``),
+  Running, Ready and delete (graceful: marked deleting, then removed). Reported: history rows
+  and their bytes (``pg_column_size``) per lifecycle, and the growth on disk of the history
+  (heap and indexes) per lifecycle before and after sealing and ``VACUUM``.
+* **Growth per hour for ``--nodes`` hollow nodes renewing leases.** Every node's lease in
+  ``kube-node-lease`` is renewed ``--renewals`` times by ``--writers`` connections; the rows the
+  history gained, the counting rows (``qm_history_tally``), and the summary rows once the hour
+  is folded (the hour is moved back rather than waited for). Projected to an hour at the agent's
+  renewal interval (10 s): rows and bytes the history gains per hour with the summarising rule,
+  and what it would gain storing each renewal (bytes of a stored lease update row measured).
+
+Writes ``bench/results/audit-<stamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.core.audit import WriteContext
+from app.core.kinds import BY_KIND
+from app.store.db import create_pool
+from app.store.history import Sealer, seal_all
+from app.store.store import Store
+from bench.common import Stack, median, write_result
+
+CM, POD, LEASE = BY_KIND["ConfigMap"], BY_KIND["Pod"], BY_KIND["Lease"]
+RENEW_EVERY_S = 10.0  # agent/lease.py RENEW_EVERY
+TARGET_RATIO = 0.8
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.audit.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3, help="pairs of off/on rounds")
+    p.add_argument("--seconds", type=float, default=10.0, help="per round")
+    p.add_argument("--writers", type=int, default=8)
+    p.add_argument("--pods", type=int, default=200, help="pod lifecycles measured")
+    p.add_argument("--nodes", type=int, default=10_000, help="hollow nodes' leases")
+    p.add_argument("--renewals", type=int, default=3, help="renewals of every lease")
+    return p.parse_args(argv)
+
+
+def ctx(principal: str, request: str, reason: str | None = None) -> WriteContext:
+    return WriteContext(principal=principal, groups=("system:authenticated",),
+                        request_id=request, client="127.0.0.1", user_agent="bench/audit",
+                        reason=reason)  # fmt: skip
+
+
+def history_triggers(db: psycopg.Connection[Any], on: bool) -> None:
+    """Enable (ALWAYS) or disable every history trigger on the state tables."""
+    found = db.execute(
+        "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+        " WHERE t.tgname ~ '_history(_truncate)?$' AND NOT t.tgisinternal"
+    ).fetchall()
+    with db.transaction():
+        for table, trigger in found:
+            action = "ENABLE ALWAYS" if on else "DISABLE"
+            db.execute(f'ALTER TABLE "{table}" {action} TRIGGER "{trigger}"')
+
+
+def relation_bytes(db: psycopg.Connection[Any]) -> int:
+    """Heap, TOAST and indexes of every history partition."""
+    row = db.execute(
+        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i"
+        " WHERE i.inhparent = 'qm_history'::regclass"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# -- throughput ------------------------------------------------------------------------------
+async def churn(store: Store, writer: int, seconds: float) -> int:
+    """Create, update and delete ConfigMaps for ``seconds``; the writes done."""
+    done, deadline = 0, time.monotonic() + seconds
+    for i in itertools.count():
+        if time.monotonic() >= deadline:
+            return done
+        name, c = f"w{writer}-{i}", ctx(f"user-{writer}", f"req-{writer}-{i}", "bench")
+        obj: dict[str, Any] = {
+            "metadata": {"namespace": "bench", "name": name, "labels": {"app": "bench"}},
+            "spec": {"data": {"k": "v" * 200}},
+        }
+        stored = await store.create(CM, obj, ctx=c)
+        obj["spec"] = {"data": {"k": "w" * 200}}
+        obj["metadata"]["labels"] = {"app": "bench", "rev": "2"}
+        await store.update(CM, obj, stored.row_version, ctx=c)
+        await store.delete(CM, "bench", name, ctx=c)
+        done += 3
+    return done
+
+
+async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+    pool = await create_pool(stack.url, max_size=args.writers + 2)
+    store = Store(pool)
+    rounds: list[dict[str, Any]] = []
+    try:
+        with psycopg.connect(stack.url, autocommit=True) as db:
+            for r in range(args.rounds):
+                for on in (False, True):
+                    history_triggers(db, on)
+                    stop = threading.Event()
+                    sealer = Sealer(stack.url)
+                    thread = threading.Thread(target=sealer.run, args=(stop,), daemon=True)
+                    if on:
+                        thread.start()
+                    t0 = time.monotonic()
+                    counts = await asyncio.gather(
+                        *(churn(store, w, args.seconds) for w in range(args.writers))
+                    )
+                    elapsed = time.monotonic() - t0
+                    stop.set()
+                    if on:
+                        thread.join(timeout=10)
+                    rate = sum(counts) / elapsed
+                    rounds.append({"round": r, "history": on, "writes_per_s": round(rate, 1),
+                                   "sealer_lag_s": round(sealer.lag_s, 3)})  # fmt: skip
+                    print(f"round {r} history={'on ' if on else 'off'}: {rate:8.1f} writes/s",
+                          flush=True)  # fmt: skip
+            history_triggers(db, True)
+            seal_all(db)
+    finally:
+        await store.close()
+        await pool.close()
+    ratios = [
+        on["writes_per_s"] / off["writes_per_s"]
+        for off, on in zip(rounds[::2], rounds[1::2], strict=True)
+    ]
+    return {
+        "rounds": rounds,
+        "ratio_per_round": [round(x, 3) for x in ratios],
+        "ratio_median": round(median(ratios), 3),
+        "target_ratio": TARGET_RATIO,
+        "writers": args.writers,
+        "seconds_per_round": args.seconds,
+        "workload": "ConfigMap create, update (labels and data), delete; every write stored",
+    }
+
+
+# -- bytes per pod lifecycle -----------------------------------------------------------------
+async def lifecycles(stack: Stack, n: int) -> dict[str, Any]:
+    pool = await create_pool(stack.url, max_size=4)
+    store = Store(pool)
+    with psycopg.connect(stack.url, autocommit=True) as db:
+        seal_all(db)
+        db.execute("VACUUM qm_history")
+        size0 = relation_bytes(db)
+        id0 = db.execute("SELECT coalesce(max(id), 0) FROM qm_history").fetchone()[0]  # type: ignore[index]
+        try:
+            for i in range(n):
+                await one_lifecycle(store, db, f"p{i}")
+        finally:
+            await store.close()
+            await pool.close()
+        size1 = relation_bytes(db)
+        rows = db.execute(
+            "SELECT op, count(*), sum(pg_column_size(h.*)) FROM qm_history h"
+            " WHERE id > %s AND table_name = 'pods' GROUP BY op ORDER BY op",
+            (id0,),
+        ).fetchall()
+        seal_all(db)
+        size2 = relation_bytes(db)
+        db.execute("VACUUM qm_history")
+        size3 = relation_bytes(db)
+    count = sum(int(r[1]) for r in rows)
+    row_bytes = sum(int(r[2]) for r in rows)
+    return {
+        "pods": n,
+        "rows_per_lifecycle": round(count / n, 2),
+        "row_bytes_per_lifecycle": round(row_bytes / n),
+        "by_op": {r[0]: {"rows": int(r[1]), "bytes": int(r[2])} for r in rows},
+        "disk_bytes_per_lifecycle_unsealed": round((size1 - size0) / n),
+        "disk_bytes_per_lifecycle_sealed": round((size2 - size0) / n),
+        "disk_bytes_per_lifecycle_sealed_vacuumed": round((size3 - size0) / n),
+        "steps": "create, bind (spec.nodeName), Running, Ready, delete (mark, then remove)",
+    }
+
+
+async def one_lifecycle(store: Store, db: psycopg.Connection[Any], name: str) -> None:
+    api, kubelet = ctx("alice", f"create-{name}"), ctx("system:node:n1", f"sync-{name}")
+    obj: dict[str, Any] = {
+        "metadata": {"namespace": "life", "name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "main", "image": "registry.local/web:1",
+                                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+                 "schedulerName": "default-scheduler"},
+    }  # fmt: skip
+    stored = await store.create(POD, obj, ctx=api)
+    obj["spec"] = {**obj["spec"], "nodeName": "n1"}
+    scheduler = ctx("system:kube-scheduler", f"cycle-{name}", "bind to n1")
+    stored = await store.update(POD, obj, stored.row_version, ctx=scheduler)
+    obj["status"] = {"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-12-02T00:00:00Z"}
+    stored = await store.update_status(POD, obj, stored.row_version, ctx=kubelet)
+    obj["status"] = {**obj["status"], "conditions": [{"type": "Ready", "status": "True"}]}
+    stored = await store.update_status(POD, obj, stored.row_version, ctx=kubelet)
+    left = await store.delete(POD, "life", name, grace_seconds=0, ctx=api)
+    if left is not None:  # the node confirms the stop: the row goes
+        with db.transaction():
+            db.execute("SELECT set_config('qm.context', %s, true)", (kubelet.text(),))
+            db.execute("DELETE FROM pods WHERE namespace = 'life' AND name = %s", (name,))
+
+
+# -- lease renewals --------------------------------------------------------------------------
+async def renewals(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+    n, ns = args.nodes, "kube-node-lease"
+    pool = await create_pool(stack.url, max_size=args.writers + 2)
+    with psycopg.connect(stack.url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO leases (uid, namespace, name, spec) SELECT gen_random_uuid(), %s,"
+            " 'node-' || i, jsonb_build_object('holderIdentity', 'node-' || i,"
+            " 'leaseDurationSeconds', 40, 'renewTime', '2026-12-02T00:00:00.000000Z')"
+            " FROM generate_series(1, %s) AS i",
+            (ns, n),
+        )
+        seal_all(db)
+        db.execute("VACUUM qm_history")
+        size0 = relation_bytes(db)
+        id0 = db.execute("SELECT coalesce(max(id), 0) FROM qm_history").fetchone()[0]  # type: ignore[index]
+        versions = dict(
+            db.execute("SELECT name, row_version FROM leases WHERE namespace = %s", (ns,))
+        )
+        t0 = time.monotonic()
+        queue = [f"node-{i}" for _ in range(args.renewals) for i in range(1, n + 1)]
+        await renew_all(pool, queue, versions, args.writers)
+        elapsed = time.monotonic() - t0
+        gained = db.execute(
+            "SELECT count(*) FROM qm_history WHERE id > %s AND table_name = 'leases'", (id0,)
+        ).fetchone()[0]  # type: ignore[index]
+        tally = db.execute(
+            "SELECT count(*), coalesce(sum(count), 0) FROM qm_history_tally"
+            " WHERE table_name = 'leases'"
+        ).fetchone()
+        tally_bytes = db.execute("SELECT pg_total_relation_size('qm_history_tally')").fetchone()
+        size1 = relation_bytes(db)
+        db.execute("UPDATE qm_history_tally SET hour = hour - interval '1 hour'")
+        seal_all(db)
+        summaries = db.execute(
+            "SELECT count(*), coalesce(sum(summary_count), 0),"
+            " coalesce(sum(pg_column_size(h.*)), 0) FROM qm_history h"
+            " WHERE id > %s AND op = 'summary' AND table_name = 'leases'",
+            (id0,),
+        ).fetchone()
+        # What one renewal would cost stored: a holder change is a stored update of the same
+        # shape (the changed spec, generation and row version).
+        id1 = db.execute("SELECT max(id) FROM qm_history").fetchone()[0]  # type: ignore[index]
+        db.execute(
+            'UPDATE leases SET spec = spec || \'{"holderIdentity": "other"}\''
+            " WHERE namespace = %s"
+            " AND name IN (SELECT 'node-' || i FROM generate_series(1, 100) AS i)",
+            (ns,),
+        )
+        stored_row = db.execute(
+            "SELECT avg(pg_column_size(h.*)) FROM qm_history h WHERE id > %s", (id1,)
+        ).fetchone()[0]  # type: ignore[index]
+    await pool.close()
+    assert tally is not None and summaries is not None and tally_bytes is not None
+    per_hour = n * 3600 / RENEW_EVERY_S
+    return {
+        "nodes": n,
+        "renewals": len(queue),
+        "renewals_per_s": round(len(queue) / elapsed, 1),
+        "history_rows_gained_by_renewals": int(gained),
+        "history_disk_bytes_gained_before_fold": size1 - size0,
+        "tally_rows": int(tally[0]),
+        "tally_counted": int(tally[1]),
+        "tally_table_bytes": int(tally_bytes[0]),
+        "summary_rows_after_fold": int(summaries[0]),
+        "summary_counted": int(summaries[1]),
+        "summary_row_bytes": int(summaries[2]),
+        "renew_every_s": RENEW_EVERY_S,
+        "projected_renewals_per_hour": per_hour,
+        "projected_history_rows_per_hour": int(summaries[0]),
+        "projected_history_bytes_per_hour": int(summaries[2]),
+        "stored_lease_update_row_bytes": round(float(stored_row or 0)),
+        "projected_bytes_per_hour_if_stored": round(per_hour * float(stored_row or 0)),
+    }
+
+
+async def renew_all(
+    pool: asyncpg.Pool, queue: list[str], versions: dict[str, int], writers: int
+) -> None:
+    """Each writer renews its share of the queue with the store's conditional update shape."""
+    store = Store(pool)
+    stamp = itertools.count()
+
+    async def writer(w: int) -> None:
+        for name in queue[w::writers]:
+            renew = f"2026-12-02T00:00:{next(stamp) % 60:02d}.{w:06d}Z"
+            obj = {
+                "metadata": {"namespace": "kube-node-lease", "name": name},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew},
+            }
+            node = ctx(f"system:node:{name}", f"renew-{name}")
+            stored = await store.update(LEASE, obj, versions[name], ctx=node)
+            versions[name] = stored.row_version
+
+    try:
+        await asyncio.gather(*(writer(w) for w in range(writers)))
+    finally:
+        await store.close()
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    stack = Stack()
+    try:
+        with psycopg.connect(stack.url, autocommit=True) as db:
+            for ns in ("bench", "life", "kube-node-lease"):
+                db.execute("INSERT INTO namespaces (uid, name) VALUES (gen_random_uuid(), %s)"
+                           " ON CONFLICT DO NOTHING", (ns,))  # fmt: skip
+        result: dict[str, Any] = {"benchmark": "audit"}
+        result["throughput"] = await throughput(stack, args)
+        result["pod_lifecycle"] = await lifecycles(stack, args.pods)
+        result["lease_renewals"] = await renewals(stack, args)
+        return result
+    finally:
+        stack.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    result = asyncio.run(main_async(args))
+    result["args"] = vars(args)
+    path = write_result("audit", result)
+    print(json.dumps({k: result[k] for k in ("throughput", "pod_lifecycle")}, indent=2))
+    print(json.dumps(result["lease_renewals"], indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
