@@ -3,7 +3,7 @@
 #   make up         run the whole control plane locally (PostgreSQL and Redis from wheels)
 #   make test       OS packages, lint, then every test tier (what CI runs)
 #   make test-fast  every test not marked slow, without lint
-#   make lint       ruff, ruff format --check, mypy, import-linter
+#   make lint       ruff, ruff format --check, mypy, import-linter, squawk on the migrations
 #   make bench      every benchmark, at its documented scale
 #   make deps       OS packages the tests need (as root, with apt-get)
 
@@ -57,6 +57,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m migrations.lint  # squawk on every migration's offline SQL, kept in build/sql
 
 # pytest exits 5 when it collected no tests: that is a failure too.
 define pytest

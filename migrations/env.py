@@ -83,8 +83,13 @@ def _retried(exc: DBAPIError) -> str | None:
 
 
 def run_offline() -> None:
+    # Named parameters: with the driver's "pyformat" style every % in the SQL would be doubled.
     context.configure(
-        url=_url(), literal_binds=True, target_metadata=None, transaction_per_migration=True
+        url=_url(),
+        literal_binds=True,
+        target_metadata=None,
+        transaction_per_migration=True,
+        dialect_opts={"paramstyle": "named"},
     )
     with context.begin_transaction():
         context.run_migrations()
