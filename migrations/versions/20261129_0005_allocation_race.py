@@ -19,6 +19,9 @@ Binds onto existing nodes (all the scheduler's) find their row at once and never
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from alembic import op
 
 revision = "0005"
@@ -47,7 +50,8 @@ _ADD_WITH_RETRY = """
 
 
 def functions(meet_on_lock: bool) -> str:
-    """Both trigger functions; without the lock they are 0002's, which the downgrade restores."""
+    """Both trigger functions; without the lock they behave as 0002's (the downgrade restores
+    0002's own text, ``_functions_of_0002``)."""
     add = """UPDATE nodes_allocated AS a
          SET cpu_milli = a.cpu_milli + NEW.req_cpu_milli,
              memory_bytes = a.memory_bytes + NEW.req_memory_bytes,
@@ -109,5 +113,18 @@ def upgrade() -> None:
     op.execute("SELECT qm_recount_allocations()")  # rows the race left wrong before this
 
 
+def _functions_of_0002() -> str:
+    """0002's own text of its functions: ``functions(meet_on_lock=False)`` behaves the same but
+    is laid out differently, and the schema check compares function text, so a downgrade must
+    leave them exactly as 0002 wrote them."""
+    spec = importlib.util.spec_from_file_location(
+        "qm_migration_0002", Path(__file__).with_name("20261129_0002_scheduler_binds.py")
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.FUNCTIONS).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+
+
 def downgrade() -> None:
-    op.execute(functions(meet_on_lock=False))
+    op.execute(_functions_of_0002())

@@ -72,21 +72,13 @@ def _snapshot(url: str) -> dict[str, Any]:
         engine.dispose()
 
 
-def _same_function(a: str, b: str) -> bool:
-    """Function bodies compared up to whitespace: 0005's downgrade restores 0002's trigger
-    functions with a blank line and indentation of its own (same tokens, same behaviour)."""
-    return " ".join(a.split()) == " ".join(b.split())
-
-
 def _differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     out = []
     for key in sorted(before.keys() | after.keys()):
         a, b = before.get(key), after.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out += [f"{key} {k}" for k in sorted(a.keys() ^ b.keys())]
-            same = _same_function if key == "functions" else str.__eq__
-            out += [f"{key} {k} changed" for k in sorted(a.keys() & b.keys())
-                    if not same(a[k], b[k])]  # fmt: skip
+            out += [f"{key} {k} changed" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
         elif a != b:
             gone = [r for r in a or [] if r not in (b or [])]
             new = [r for r in b or [] if r not in (a or [])]
