@@ -23,7 +23,7 @@ from .dbbackup import add_parsers as add_backup_parsers
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    db = sub.add_parser("db", parents=[common], help="check the database's schema (DBA)")
+    db = sub.add_parser("db", parents=[common], help="check, back up, restore the database (DBA)")
     verbs = db.add_subparsers(dest="db_command", metavar="VERB", required=True)
     check = verbs.add_parser(
         "check", parents=[common], help="compare the database's schema with the code's"
