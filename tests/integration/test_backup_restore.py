@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from app.cli.main import main
+from app.devstack import drill
 from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.supervise import free_port
@@ -170,6 +171,13 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
             ).fetchall()
         assert {name for (name,) in logged} == {*before_backup, *before_target, "after-restore"}
         assert main(["audit", "verify", "--url", restored_url, "--seal"]) == 0
+
+        # The operator's drill finds the same, on a restore of its own.
+        capsys.readouterr()
+        assert drill.main([*restore[2:], "--target-time", target.isoformat()]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["kinds"]["ConfigMap"] == {"stored": 6, "served": 6}
+        assert report["history"] == "intact" and report["backup"] == taken["path"]
     finally:
         for server in servers:
             server.stop()
