@@ -5,9 +5,11 @@ node was cordoned and each pod evicted; a reason the history could not keep is r
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +139,31 @@ def test_qm_drain_reason_is_recorded_on_the_cordon_and_every_eviction(
 def test_qm_refuses_a_reason_it_could_not_send(api_server: Any, tmp_path: Path) -> None:
     r = qm(api_server, tmp_path, "get", "pods", "--reason", "two\nlines")
     assert r.returncode == 2 and "--reason must not contain control characters" in r.stderr
+
+
+def test_a_controllers_writes_name_it_its_task_and_what_the_step_does(
+    workers: None, http: httpx.Client, db: psycopg.Connection, ns: str
+) -> None:
+    template = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "w"}]},
+    }
+    rs = {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+    }
+    assert http.post(f"{API}/namespaces/{ns}/replicasets", json=rs).status_code == 201
+    deadline = time.monotonic() + 60
+    rows: list[tuple[Any, ...]] = []
+    while time.monotonic() < deadline and len(rows) < 2:
+        rows = db.execute(
+            "SELECT principal, request_id, reason, verb FROM qm_history"
+            " WHERE table_name = 'pods' AND namespace = %s AND op = 'insert'",
+            (ns,),
+        ).fetchall()
+        time.sleep(0.2)
+    assert len(rows) == 2, rows
+    for principal, request_id, reason, verb in rows:
+        assert (principal, verb) == ("system:controller:replicaset-controller", "create")
+        assert re.fullmatch(r"[0-9a-f-]{36}", request_id), request_id  # the Celery task's id
+        assert re.fullmatch(rf"create \d pods for ReplicaSet {ns}/web", reason), reason

@@ -379,3 +379,22 @@ def test_production_pods_are_bound_while_batch_binds_are_held_up(cluster: Cluste
     cluster.wait(lambda: len(cluster.bound()) == 21, what="the batch bound once released")
     assert cluster.over_allocated() == []
     assert cluster.bind_transitions() == {n: 1 for n in [*batch, "prod-0"]}
+
+
+def test_each_bind_is_recorded_with_the_schedulers_cycle_and_the_node(cluster: Cluster) -> None:
+    cluster.node("node-0", "zone-0")
+    cluster.node("node-1", "zone-1")
+    cluster.start_scheduler()
+    names = [f"ctx-{i}" for i in range(4)]
+    cluster.pods(names, cpu="500m", memory="512Mi")
+    cluster.wait(lambda: len(cluster.bound()) == 4, what="4 pods bound")
+    bound = cluster.bound()
+    rows = cluster.db.execute(
+        "SELECT name, principal, request_id, reason, verb, subresource FROM qm_history"
+        " WHERE table_name = 'pods' AND op = 'update' AND after ? 'node_name'"
+    ).fetchall()
+    assert sorted(r[0] for r in rows) == names  # one bind each
+    for name, principal, request_id, reason, verb, subresource in rows:
+        assert (principal, verb, subresource) == ("system:kube-scheduler", "create", "binding")
+        assert re.fullmatch(r".+:\d+", request_id), request_id  # scheduler identity:cycle
+        assert reason == f"scheduled onto node {bound[name]}"
