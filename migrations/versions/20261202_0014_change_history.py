@@ -292,10 +292,13 @@ BEGIN
              coalesce(j ->> 'name', j ->> %3$L), (j ->> 'uid')::uuid, 'delete', j,
              session_user, current_setting('application_name'),
              public.qm_history_str($1, 'principal'), public.qm_history_groups($1),
-             public.qm_history_str($1, 'request_id'), coalesce(public.qm_history_str($1, 'reason'), 'TRUNCATE'),
+             public.qm_history_str($1, 'request_id'),
+             coalesce(public.qm_history_str($1, 'reason'), 'TRUNCATE'),
              coalesce(public.qm_history_str($1, 'verb'), 'truncate')
-        FROM (SELECT public.qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j FROM %1$I AS t) AS r
-    $f$, TG_TABLE_NAME, nullif(TG_ARGV[1], ''), TG_ARGV[0], TG_ARGV[3]) USING v_ctx;
+        FROM (SELECT public.qm_history_image(%1$L, to_jsonb(t), %4$L::text[]) AS j
+                FROM %5$I.%1$I AS t) AS r
+    $f$, TG_TABLE_NAME, nullif(TG_ARGV[1], ''), TG_ARGV[0], TG_ARGV[3], TG_TABLE_SCHEMA)
+    USING v_ctx;
     RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN
