@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.cli.dbbackup import _timestamp
+from app.devstack.postgres import EmbeddedPostgres
+from app.devstack.up import wal_archive
 from app.store.backup import (
     BackupError,
     BackupInfo,
@@ -140,3 +142,25 @@ def test_target_times_are_iso_8601_and_utc_when_no_zone_is_given() -> None:
     assert _timestamp("2026-03-01T13:00:00+01:00") == datetime(2026, 3, 1, 13, tzinfo=plus_one)
     with pytest.raises(argparse.ArgumentTypeError):
         _timestamp("yesterday")
+
+
+def test_make_up_archives_into_its_state_directory_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("QM_WAL_ARCHIVE", raising=False)
+    assert wal_archive(tmp_path) == tmp_path / "wal-archive"
+    monkeypatch.setenv("QM_WAL_ARCHIVE", "off")
+    assert wal_archive(tmp_path) is None
+    monkeypatch.setenv("QM_WAL_ARCHIVE", "/srv/archive")
+    assert wal_archive(tmp_path) == Path("/srv/archive")
+
+
+def test_the_embedded_server_archives_with_basic_archive_only_when_given_a_directory(
+    tmp_path: Path,
+) -> None:
+    settings = EmbeddedPostgres(tmp_path, wal_archive=tmp_path / "wal")._settings(5432)
+    assert settings["archive_mode"] == "on"
+    assert settings["archive_library"] == "'basic_archive'"
+    assert settings["basic_archive.archive_directory"] == f"'{tmp_path / 'wal'}'"
+    assert settings["archive_timeout"] == "'5min'"
+    assert "archive_mode" not in EmbeddedPostgres(tmp_path)._settings(5432)
