@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 RETRY_AFTER_S = 1
-DEFAULT_FLOW_RATE = 50.0  # seats per second per flow in the cluster while others use it
 _COLLECTION = re.compile(
     "^/apis/" + re.escape(API_VERSION) + r"/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)$"
 )
@@ -59,7 +58,7 @@ def env_config(env: MutableMapping[str, str] | None = None) -> tuple[int, core.C
         queue_length=int(e.get("QM_API_QUEUE_LENGTH", "50")),
         max_queued=int(e.get("QM_API_MAX_QUEUED", "1000")),
         wait_limit=float(e.get("QM_API_QUEUE_WAIT_S", "5")),
-        flow_rate=float(e.get("QM_API_FLOW_RATE", str(DEFAULT_FLOW_RATE))),
+        rate_per_seat=float(e.get("QM_API_FLOW_RATE", "1")),
     )
     return int(e.get("QM_API_SEATS", "400")), config, float(e.get("QM_API_HEARTBEAT_S", "2"))
 
@@ -103,9 +102,7 @@ class FlowControl:
         if servers != self.servers:
             log.info("%d API servers share the seats", servers)
             self.servers = servers
-            d = self.dispatcher
-            self._wake(d.set_limits(core.seat_limits(self.total_seats, servers)))
-            self._wake(d.set_rate(core.flow_rate(d.config.flow_rate, servers)))
+            self._wake(self.dispatcher.set_limits(core.seat_limits(self.total_seats, servers)))
 
     @contextlib.asynccontextmanager
     async def seat(self, user: User, seats: int) -> AsyncIterator[None]:
@@ -245,15 +242,14 @@ def metric_lines(control: FlowControl | None) -> list[str]:
     """Prometheus text: seats, queues and refusals per level and per flow."""
     if control is None:
         return []
-    out = ["# TYPE qm_apf_api_servers gauge", f"qm_apf_api_servers {control.servers}",
-           "# TYPE qm_apf_flow_rate_limit gauge",
-           f"qm_apf_flow_rate_limit {control.dispatcher.rate:g}"]  # fmt: skip
+    out = ["# TYPE qm_apf_api_servers gauge", f"qm_apf_api_servers {control.servers}"]
     levels = control.dispatcher.levels.values()
     for name, kind, value in (
         ("seats_limit", "gauge", lambda lv: lv.limit),
         ("seats_in_use", "gauge", lambda lv: lv.in_use),
         ("queued", "gauge", lambda lv: lv.queued),
         ("dispatched_total", "counter", lambda lv: lv.dispatched),
+        ("flow_rate_limit", "gauge", lambda lv: f"{control.dispatcher.rate(lv):g}"),
     ):
         out.append(f"# TYPE qm_apf_level_{name} {kind}")
         out += [f'qm_apf_level_{name}{{level="{lv.name}"}} {value(lv)}' for lv in levels]

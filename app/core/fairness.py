@@ -20,11 +20,12 @@ nothing at our scale:
 * queues are bounded (``queue_length`` per flow, ``max_queued`` per level) and so is the wait
   (``wait_limit``): past either the request is rejected, which the API answers with 429;
 * while another flow is active on the server (any level: its requests share the event loop and
-  the database), a flow may also take no more than ``rate`` seats per second (a token bucket of
-  one second's worth, at least one widest request): its next request waits in its queue even
-  with seats free, so a flood of short requests, which seats alone do not slow, leaves capacity
-  idle for the others. A flow alone on the server is not limited by rate: it may use all its
-  level's seats. See :func:`flow_rate`.
+  the database), a flow may also take no more seats per second than ``rate_per_seat`` times
+  its level's seats on the server (a token bucket holding one second's worth, at least the
+  level's seats): its next request waits in its queue even with seats free, so a flood of
+  short requests, which seats alone do not slow, leaves capacity idle for the others. Tied to
+  the seats, the rate follows the level's share and is split among the servers with them. A
+  flow alone on the server is not limited by rate: it may use all its level's seats.
 
 The level's seat count is this server's part of the cluster's: see :func:`seat_limits`.
 """
@@ -86,13 +87,6 @@ def list_seats(objects: int, limit: int | None) -> int:
     return max(1, min(MAX_SEATS, math.ceil(n / OBJECTS_PER_SEAT)))
 
 
-def flow_rate(total: float, servers: int) -> float:
-    """One flow's seats per second on one of ``servers`` API servers when the cluster allows
-    each flow ``total`` (0: no rate limit). Split like the seats, so a flow spreading its
-    requests over all servers gets the cluster's rate, no more."""
-    return max(0.0, total) / max(1, servers)
-
-
 def seat_limits(total: int, servers: int, shares: Mapping[str, int] = SHARES) -> dict[str, int]:
     """Each level's seats on one of ``servers`` API servers sharing ``total`` seats.
 
@@ -146,7 +140,7 @@ class Config:
     max_queued: int = 1000  # requests all flows of a level may have waiting
     wait_limit: float = 5.0  # seconds a request may wait before it is refused
     idle_flow_s: float = 600.0  # a flow's counters are forgotten this long after its last use
-    flow_rate: float = 0.0  # seats per second one flow may take in the cluster (0: no limit)
+    rate_per_seat: float = 0.0  # a flow with company: seats per second per level seat (0: off)
     active_s: float = 1.0  # another flow used the server this recently: the rate limit applies
 
 
@@ -158,7 +152,6 @@ class Dispatcher:
         self.levels: dict[str, Level] = {EXEMPT: Level(EXEMPT, 0)}
         self.levels.update({n: Level(n, max(1, s)) for n, s in limits.items()})
         self._seq = 0
-        self.rate = flow_rate(config.flow_rate, 1)  # seats per second per flow on this server
         # The two flows that used the server last and when, most recent first: whether a flow
         # has company is then one comparison, whatever the number of flows.
         self._recent: list[tuple[str, float]] = [("", -math.inf), ("", -math.inf)]
@@ -176,7 +169,7 @@ class Dispatcher:
         width = seats if lv.limit == 0 else max(1, min(seats, lv.limit))
         req = Request(lv.name, flow, width, now, self._seq)
         if lv.limit == 0 or (
-            not lv.queued and lv.in_use + width <= lv.limit and self._within_rate(f, req, now)
+            not lv.queued and lv.in_use + width <= lv.limit and self._within_rate(lv, f, req, now)
         ):
             self._admit(lv, f, req, now)  # nobody waits and it may run: no queue needed
             return req
@@ -230,24 +223,22 @@ class Dispatcher:
     def next_tick(self, now: float) -> float | None:
         """When a queue head held back by its flow's rate limit may run next (its bucket
         refilled or its flow left alone), if any: the shell calls :meth:`tick` then."""
-        if not self.rate:
-            return None
         out: float | None = None
         for lv in self.levels.values():
-            if not lv.queued:
+            rate = self.rate(lv)
+            if not lv.queued or not rate:
                 continue
             for name, f in lv.flows.items():
-                if not f.queue or self._within_rate(f, f.queue[0], now):
+                if not f.queue or self._within_rate(lv, f, f.queue[0], now):
                     continue
-                need = min(f.queue[0].seats, self._burst()) - f.tokens
-                at = min(now + need / self.rate, self._company_until(name))
+                need = min(f.queue[0].seats, self._burst(lv)) - f.tokens
+                at = min(now + need / rate, self._company_until(name))
                 out = at if out is None else min(out, at)
         return out
 
-    def set_rate(self, rate: float) -> list[Request]:
-        """A new per-flow rate on this server (0: none); returns requests now admitted."""
-        self.rate = max(0.0, rate)
-        return self.tick(self._now)
+    def rate(self, lv: Level) -> float:
+        """Seats per second a flow of ``lv`` may take on this server while others use it."""
+        return lv.limit * self.config.rate_per_seat
 
     def cancel(self, req: Request, now: float) -> list[Request]:
         """The client went away: drop ``req`` from its queue, or release its seats."""
@@ -291,7 +282,7 @@ class Dispatcher:
         out: list[Request] = []
         while lv.queued:
             ready = [f for f in lv.flows.values()
-                     if f.queue and self._within_rate(f, f.queue[0], now)]  # fmt: skip
+                     if f.queue and self._within_rate(lv, f, f.queue[0], now)]  # fmt: skip
             if not ready:
                 break
             f = min(ready, key=lambda f: (f.in_use, f.served, f.queue[0].seq))
@@ -319,23 +310,23 @@ class Dispatcher:
         other = second if first[0] == flow else first
         return other[1] + self.config.active_s
 
-    def _burst(self) -> float:
-        return max(float(MAX_SEATS), self.rate)  # a second's worth, at least the widest request
+    def _burst(self, lv: Level) -> float:
+        return max(float(lv.limit), self.rate(lv))  # a second's worth, at least the widest
 
-    def _refill(self, f: Flow, now: float) -> None:
+    def _refill(self, lv: Level, f: Flow, now: float) -> None:
         if f.tokens < 0:
-            f.tokens = self._burst()
+            f.tokens = self._burst(lv)
         elif now > f.refilled:
-            f.tokens = min(self._burst(), f.tokens + (now - f.refilled) * self.rate)
+            f.tokens = min(self._burst(lv), f.tokens + (now - f.refilled) * self.rate(lv))
         f.refilled = max(f.refilled, now)
 
-    def _within_rate(self, f: Flow, req: Request, now: float) -> bool:
+    def _within_rate(self, lv: Level, f: Flow, req: Request, now: float) -> bool:
         """Whether ``req`` may run now as far as its flow's rate goes: no limit, no company,
         or enough tokens (a request wider than the bucket needs it full)."""
-        if not self.rate or req.level == EXEMPT or self._company_until(req.flow) <= now:
+        if not lv.limit or not self.config.rate_per_seat or self._company_until(req.flow) <= now:
             return True
-        self._refill(f, now)
-        return f.tokens + 1e-6 >= min(req.seats, self._burst())  # float error: no spin
+        self._refill(lv, f, now)
+        return f.tokens + 1e-6 >= min(req.seats, self._burst(lv))  # float error: no spin
 
     def _admit(self, lv: Level, f: Flow, req: Request, now: float) -> None:
         req.state = "admitted"
@@ -344,8 +335,8 @@ class Dispatcher:
         f.in_use += req.seats
         f.dispatched += 1
         f.served = lv.dispatched
-        if self.rate and lv.limit:  # alone or not, the bucket pays: company finds it spent
-            self._refill(f, now)
+        if lv.limit and self.config.rate_per_seat:  # alone or not, the bucket pays for it
+            self._refill(lv, f, now)
             f.tokens = max(0.0, f.tokens - req.seats)
 
     @staticmethod

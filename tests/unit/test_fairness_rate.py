@@ -1,6 +1,6 @@
 """The per-flow rate limit of API priority and fairness, on a fake clock: a flow sharing the
-server with another flow takes at most its rate of seats per second, however short its
-requests; a flow alone is limited only by its level's seats."""
+server with another flow takes at most its rate of seats per second (its level's seats times
+``rate_per_seat``), however short its requests; a flow alone is limited only by the seats."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from app.core import fairness as f
 from app.store.tokens import User
 
 LEVEL = f.GLOBAL_DEFAULT
-RATE = 20.0  # seats per second per flow; the bucket holds one second's worth
+SEATS = 20  # at one seat per second per seat: 20 seats/s, and the bucket holds 20
 
 
-def dispatcher(rate: float = RATE, seats: int = 40, **config: float) -> f.Dispatcher:
-    return f.Dispatcher({LEVEL: seats, f.SYSTEM: 4}, f.Config(flow_rate=rate, **config))  # type: ignore[arg-type]
+def dispatcher(per_seat: float = 1.0, seats: int = SEATS, **config: float) -> f.Dispatcher:
+    limits = {LEVEL: seats, f.SYSTEM: 4}
+    return f.Dispatcher(limits, f.Config(rate_per_seat=per_seat, **config))  # type: ignore[arg-type]
 
 
 def burst(d: f.Dispatcher, flow: str, n: int, now: float, seats: int = 1) -> list[f.Request]:
@@ -32,11 +33,14 @@ def burst(d: f.Dispatcher, flow: str, n: int, now: float, seats: int = 1) -> lis
     return out
 
 
-def test_the_cluster_rate_is_split_among_the_servers() -> None:
-    assert f.flow_rate(50, 1) == 50
-    assert f.flow_rate(50, 2) == 25
-    assert f.flow_rate(0, 3) == 0
-    assert f.flow_rate(50, 0) == 50
+def test_the_rate_follows_the_levels_seats_on_each_server() -> None:
+    d = f.Dispatcher(f.seat_limits(400, 1), f.Config(rate_per_seat=1.0))
+    alone = {name: d.rate(lv) for name, lv in d.levels.items()}
+    d.set_limits(f.seat_limits(400, 2))
+    halves = {name: d.rate(lv) for name, lv in d.levels.items()}
+    assert (alone[LEVEL], halves[LEVEL]) == (41, 20)
+    assert alone[f.WORKLOAD_LOW] > alone[f.SYSTEM] > alone[LEVEL] > alone[f.CATCH_ALL]
+    assert alone[f.EXEMPT] == halves[f.EXEMPT] == 0  # no seats, no rate: never held back
 
 
 def test_a_flow_alone_is_limited_only_by_seats() -> None:
@@ -50,7 +54,7 @@ def test_with_company_a_flow_gets_its_bucket_then_its_rate() -> None:
     burst(d, "calm", 1, 0.0)
     reqs = burst(d, "flooder", 25, 0.0)
     assert [r.state for r in reqs] == ["done"] * 20 + ["queued"] * 5  # a second's worth
-    assert d.next_tick(0.0) == pytest.approx(1 / RATE)
+    assert d.next_tick(0.0) == pytest.approx(1 / 20)
     assert d.tick(0.01) == []
     assert d.tick(0.05) == [reqs[20]]
     # Seats were free all along: the rate, not the level, held them back.
@@ -72,23 +76,23 @@ def test_a_flood_that_had_the_server_to_itself_finds_its_bucket_spent() -> None:
     burst(d, "calm", 1, 0.0)
     late = d.offer(LEVEL, "flooder", 1, 0.0)
     assert late.state == "queued"
-    assert d.next_tick(0.0) == pytest.approx(1 / RATE)
+    assert d.next_tick(0.0) == pytest.approx(1 / 20)
 
 
 def test_a_held_back_flow_runs_when_its_company_leaves() -> None:
-    d = dispatcher(active_s=1.0)
+    d = dispatcher(per_seat=0.01, active_s=1.0)  # 0.2 seats/s: the bucket alone refills slowly
     burst(d, "calm", 1, 0.0)
-    reqs = [d.offer(LEVEL, "flooder", 1, 0.0) for _ in range(30)]  # held, none released
-    assert sum(r.state == "admitted" for r in reqs) == 20
-    assert d.next_tick(0.0) == pytest.approx(0.05)
-    # Long after calm's last request, the flooder is alone again: everything that fits runs.
-    assert len(d.tick(1.0)) == 10
+    reqs = burst(d, "flooder", 25, 0.0)
+    assert sum(r.state == "queued" for r in reqs) == 5
+    assert d.next_tick(0.0) == pytest.approx(1.0)  # calm's last request, a second ago, by then
+    assert d.tick(0.5) == []
+    assert d.tick(1.0) == reqs[20:]
 
 
 def test_a_wide_request_waits_for_as_many_tokens_as_seats() -> None:
-    d = dispatcher(rate=10.0)  # the bucket holds 10: a full list's worth
+    d = dispatcher(per_seat=0.5)  # 10 seats/s; the bucket holds the level's 20
     burst(d, "calm", 1, 0.0)
-    burst(d, "flooder", 4, 0.0)
+    burst(d, "flooder", 14, 0.0)
     wide = d.offer(LEVEL, "flooder", 10, 0.0)
     assert wide.state == "queued"
     assert d.next_tick(0.0) == pytest.approx(0.4)
@@ -101,24 +105,17 @@ def test_the_exempt_level_and_a_zero_rate_are_not_limited() -> None:
     burst(d, "calm", 1, 0.0)
     admins = [d.offer(f.EXEMPT, "admin", 10, 0.0) for _ in range(100)]
     assert all(r.state == "admitted" for r in admins)
-    off = dispatcher(rate=0.0)
+    off = dispatcher(per_seat=0.0)
     burst(off, "calm", 1, 0.0)
     assert all(r.state == "done" for r in burst(off, "flooder", 200, 0.0))
     assert off.next_tick(0.0) is None
 
 
-def test_lifting_the_rate_admits_the_held_back() -> None:
-    d = dispatcher()
-    burst(d, "calm", 1, 0.0)
-    reqs = burst(d, "flooder", 22, 0.0)
-    assert d.set_rate(0.0) == reqs[20:]
-
-
 def test_the_rate_comes_from_the_environment() -> None:
-    _, config, _ = env_config({"QM_API_FLOW_RATE": "80"})
-    assert config.flow_rate == 80.0
+    _, config, _ = env_config({"QM_API_FLOW_RATE": "2.5"})
+    assert config.rate_per_seat == 2.5
     _, default, _ = env_config({})
-    assert default.flow_rate > 0
+    assert default.rate_per_seat == 1.0
 
 
 ops = st.lists(
@@ -132,7 +129,7 @@ ops = st.lists(
 def test_with_company_no_flow_takes_more_than_its_bucket_and_rate(
     script: list[tuple[str, str, int, float]],
 ) -> None:
-    d = dispatcher(rate=10.0, seats=400, queue_length=1000, wait_limit=1e9, active_s=1e9)
+    d = dispatcher(seats=10, queue_length=1000, wait_limit=1e9, active_s=1e9)  # 10/s, 10 held
     d.offer(f.SYSTEM, "company", 1, 0.0)  # another flow, in another level, keeps company
     now = 0.0
     every: list[f.Request] = []
@@ -161,11 +158,13 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
     loop = asyncio.get_running_loop()
     clock = [loop.time()]
     monkeypatch.setattr(loop, "time", lambda: clock[0])
-    c = FlowControl(400, f.Config(flow_rate=10.0, wait_limit=3600.0), None)
+    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0), None)
+    rate = c.dispatcher.rate(c.dispatcher.levels[LEVEL])
+    assert rate == 41  # one server: the level's 41 seats, per second
     calm, flooder = User("calm", ()), User("flooder", ())
     async with c.seat(calm, 1):
         pass
-    for _ in range(10):  # the bucket's worth
+    for _ in range(41):  # the bucket's worth
         async with c.seat(flooder, 1):
             pass
     entered = asyncio.Event()
@@ -177,10 +176,10 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
     task = asyncio.create_task(held())
     await asyncio.sleep(0)
     assert not entered.is_set() and c._timer is not None
-    assert c._timer.when() == pytest.approx(clock[0] + 0.1)
-    clock[0] += 0.1  # the timer's time: call what it would call
+    assert c._timer.when() == pytest.approx(clock[0] + 1 / rate)
+    clock[0] += 1 / rate  # the timer's time: call what it would call
     c._tick()
     await task
     assert entered.is_set()
-    assert "qm_apf_flow_rate_limit 10" in metric_lines(c)
+    assert 'qm_apf_level_flow_rate_limit{level="global-default"} 41' in metric_lines(c)
     monkeypatch.undo()
