@@ -76,6 +76,18 @@ def test_node_capacity(seeded: tuple[str, Seed]) -> None:
     assert float(got["n1"]["cpu_fraction"]) == 0.1875
     assert got["n1"]["unschedulable"] is True  # cordoned by the drain
     assert got["n2"]["ready"] is False and got["n2"]["pods"] == 2
+    kept = rows(
+        url,
+        "SELECT n.name, a.pods, a.cpu_milli, a.memory_bytes FROM nodes_allocated a"
+        " JOIN nodes n ON n.uid = a.node_uid",
+    )
+    for k in kept:
+        node = got[k["name"]]
+        assert (node["pods"], node["requested_cpu_milli"], node["requested_memory_bytes"]) == (
+            k["pods"],
+            k["cpu_milli"],
+            k["memory_bytes"],
+        )
 
 
 def test_pending_pods_by_reason(seeded: tuple[str, Seed]) -> None:
@@ -101,12 +113,18 @@ def test_pending_pods_by_reason(seeded: tuple[str, Seed]) -> None:
 
 
 def test_workloads_desired_against_actual(seeded: tuple[str, Seed]) -> None:
-    url, _ = seeded
+    url, seed = seeded
     got = {(r["kind"], r["name"]): r for r in rows(url, "SELECT * FROM reporting.workloads")}
     web = got["Deployment", "web"]
     assert (web["desired"], web["current"], web["ready"], web["live_pods"]) == (3, 2, 2, 2)
     assert web["converged"] is False
-    assert got["ReplicaSet", "web-1"]["live_pods"] == 2
+    (owned,) = rows(
+        url,
+        "SELECT count(*) AS n FROM pods WHERE owner_references @> %s::jsonb"
+        " AND deletion_timestamp IS NULL AND phase NOT IN ('Succeeded', 'Failed')",
+        f'[{{"uid": "{seed.uids["web-1"]}"}}]',
+    )
+    assert got["ReplicaSet", "web-1"]["live_pods"] == owned["n"] == 2
     job = got["Job", "batch"]
     assert (job["desired"], job["succeeded"], job["live_pods"]) == (3, 1, 1)  # the DBA's 3
 
