@@ -651,6 +651,9 @@ CREATE TRIGGER qm_history_default_guard BEFORE TRUNCATE ON qm_history_default
 ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_append_only;
 ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_no_truncate;
 ALTER TABLE qm_history_default ENABLE ALWAYS TRIGGER qm_history_default_guard;
+"""
+
+LEGACY_TRIGGER = """
 CREATE TRIGGER qm_audit_history_context BEFORE INSERT ON qm_audit
   FOR EACH ROW EXECUTE FUNCTION qm_history_legacy_context();
 """
@@ -679,9 +682,9 @@ GRANT EXECUTE ON FUNCTION qm_history_verify(), qm_history_status(),
 GRANT SELECT ON qm_history_anchors TO qm_archivist;
 """
 
-# Partitions for every month the legacy audit rows cover, this month and the next two; the
-# copy's cutoff and the history ids after it. The triggers above were created first, so no
-# write is in flight on a state table while the cutoff is read: every qm_audit row past it
+# Partitions for every month the legacy audit rows cover, this month and the next two.
+# Then (CUTOFF) the copy's cutoff and the history ids after it, read while the triggers' locks
+# are held, so no write is in flight on a state table: every qm_audit row past the cutoff
 # belongs to a write the triggers record.
 PARTITIONS_AND_CUTOFF = """
 SELECT qm_history_partition(m)
@@ -689,6 +692,9 @@ SELECT qm_history_partition(m)
                        date_trunc('month', now(), 'UTC') - interval '1 month',
                        interval '1 month') AS m;
 SELECT qm_history_partitions(2);
+"""
+
+CUTOFF = """
 INSERT INTO qm_history_backfill (audit_cutoff)
   SELECT coalesce(max(id), 0) FROM qm_audit;
 SELECT setval('qm_history_id_seq', (SELECT audit_cutoff + 1 FROM qm_history_backfill), false);
@@ -718,10 +724,15 @@ def upgrade() -> None:
     op.execute(TABLES)
     op.execute(FUNCTIONS)
     op.execute(GUARDS)
-    for table, (key, kind, rule, dropped) in TRACKED.items():
-        op.execute(history_triggers(table, kind, key=key, rule=rule, dropped=dropped))
     op.execute(GRANTS)
     op.execute(PARTITIONS_AND_CUTOFF)
+    # Last, the triggers on the tables the application writes, their locks taken at once in
+    # the order its statements take them (a kind table, then qm_audit), held for milliseconds.
+    online.lock_tables(*TRACKED, "qm_audit")
+    for table, (key, kind, rule, dropped) in TRACKED.items():
+        op.execute(history_triggers(table, kind, key=key, rule=rule, dropped=dropped))
+    op.execute(LEGACY_TRIGGER)
+    op.execute(CUTOFF)
     # After the DDL commits, so the copy holds no lock a writer waits on.
     online.insert_batched("qm_history", LEGACY_COLUMNS, _legacy_select(), key="id", batch=5000)
 
