@@ -30,7 +30,9 @@ from collections.abc import Callable
 import asyncpg
 
 from app.core import errors
+from app.core.audit import system
 from app.core.kinds import BY_KIND
+from app.store.sql import with_context
 from app.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -54,12 +56,13 @@ _EXPIRED = f"""
 # the row the previous one committed, so at most one of them gets a row back.
 _ACQUIRE = f"""
 INSERT INTO leases AS l (uid, namespace, name, spec)
-VALUES ($1, $2, $3, jsonb_build_object(
+SELECT $1, $2, $3, jsonb_build_object(
   'holderIdentity', $4::text,
   'leaseDurationSeconds', $5::integer,
   'acquireTime', {_NOW},
   'renewTime', {_NOW},
-  'leaseTransitions', 0))
+  'leaseTransitions', 0)
+WHERE {with_context("$6")}
 ON CONFLICT (namespace, name) DO UPDATE SET spec = l.spec || jsonb_build_object(
   'holderIdentity', $4::text,
   'leaseDurationSeconds', $5::integer,
@@ -76,7 +79,7 @@ WHERE l.spec->>'holderIdentity' = $4::text
 RETURNING l.row_version"""
 
 # Giving the lease up: no holder, and a renewTime already past the lease's duration.
-_RELEASE = """
+_RELEASE = f"""
 UPDATE leases AS l SET spec = l.spec || jsonb_build_object(
   'holderIdentity', '',
   'renewTime', to_char(
@@ -84,6 +87,7 @@ UPDATE leases AS l SET spec = l.spec || jsonb_build_object(
       AT TIME ZONE 'UTC',
     'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 WHERE l.namespace = $1 AND l.name = $2 AND l.spec->>'holderIdentity' = $3::text
+  AND {with_context("$4")}
 RETURNING l.row_version"""
 
 
@@ -120,6 +124,11 @@ class LeaderLease:
         self._lease_seconds = max(1, math.ceil(duration))
         self._valid_until = -math.inf
         self._namespace_ready = False
+        # Renewals by the holder are summarised in the history; what is recorded, a new
+        # holder taking the lease or giving it up, names the candidate.
+        self._ctx = system(
+            "system:leader-election", reason=f"{identity} holds the lease {namespace}/{name}"
+        )
 
     # -- one attempt -------------------------------------------------------------------------
     async def try_acquire_or_renew(self) -> bool:
@@ -134,6 +143,7 @@ class LeaderLease:
             self.name,
             self.identity,
             self._lease_seconds,
+            self._ctx.text(),
         )
         if row_version is None:
             self._valid_until = -math.inf
@@ -149,7 +159,10 @@ class LeaderLease:
         """Give the lease up at once (clean shutdown), so a standby takes over on its next try.
         Stops leading locally first; returns whether the lease was still mine to give up."""
         self._valid_until = -math.inf
-        row_version = await self.pool.fetchval(_RELEASE, self.namespace, self.name, self.identity)
+        ctx = self._ctx.using(reason=f"{self.identity} gives up leadership")
+        row_version = await self.pool.fetchval(
+            _RELEASE, self.namespace, self.name, self.identity, ctx.text()
+        )
         return row_version is not None
 
     async def _ensure_namespace(self) -> None:
@@ -157,6 +170,7 @@ class LeaderLease:
             await Store(self.pool).create(
                 BY_KIND["Namespace"],
                 {"metadata": {"name": self.namespace}, "status": {"phase": "Active"}},
+                self._ctx.using(reason="the namespace of leader election leases"),
             )
         self._namespace_ready = True
 

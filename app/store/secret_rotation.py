@@ -23,8 +23,10 @@ import asyncpg
 import msgspec
 
 from app.core import secretbox
+from app.core.audit import system
 from app.core.secretbox import SecretKeyError
 from app.store import secret_keys
+from app.store.sql import with_context
 
 PAGE = 200
 _enc = msgspec.json.Encoder()
@@ -34,10 +36,11 @@ WHERE (namespace, name) > ($1, $2)
   AND (jsonb_typeof(spec->'data') IS DISTINCT FROM 'string'
        OR split_part(spec->>'data', '.', 2) <> $3)
 ORDER BY namespace, name LIMIT $4"""
-_SWAP = """
+_SWAP = f"""
 UPDATE secrets AS t SET spec = v.spec::jsonb
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS v(namespace, name, expected, spec)
 WHERE t.namespace = v.namespace AND t.name = v.name AND t.row_version = v.expected
+  AND {with_context("$5")}
 RETURNING t.namespace"""
 _BY_KEY = """
 SELECT CASE WHEN jsonb_typeof(spec->'data') = 'string'
@@ -112,7 +115,9 @@ async def swap(pool: asyncpg.Pool, items: list[Resealed], progress: Progress) ->
     items (written, or lost to a concurrent write)."""
     if not items:
         return 0
-    written = len(await pool.fetch(_SWAP, *(list(col) for col in zip(*items, strict=True))))
+    ctx = system("system:apiserver", reason=f"re-encrypt under the secret key {progress.active}")
+    columns = (list(col) for col in zip(*items, strict=True))
+    written = len(await pool.fetch(_SWAP, *columns, ctx.defaults(verb="update").text()))
     progress.reencrypted += written
     progress.conflicts += len(items) - written
     return len(items)

@@ -13,9 +13,13 @@ import ipaddress
 
 import asyncpg
 
-_APPLY = """
+from app.core.audit import system
+from app.store.sql import with_context
+
+_APPLY = f"""
 UPDATE service_ip_range SET cidr = $1::cidr, updated_at = now()
-WHERE id = 1 AND cidr <> $1::cidr"""
+WHERE id = 1 AND cidr <> $1::cidr AND {with_context("$2")}"""
+_CONTEXT = system("system:apiserver", reason="QM_SERVICE_CIDR at API server start").text()
 
 
 def parse_range(text: str) -> str:
@@ -31,5 +35,5 @@ def parse_range(text: str) -> str:
 
 async def apply_range(pool: asyncpg.Pool, text: str) -> bool:
     """Make the stored range ``text``; True if it changed."""
-    status = await pool.execute(_APPLY, parse_range(text))
+    status = await pool.execute(_APPLY, parse_range(text), _CONTEXT)
     return status != "UPDATE 0"

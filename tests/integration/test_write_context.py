@@ -21,6 +21,8 @@ from app.core.kinds import BY_KIND
 from app.scheduler.binder import Bind, bind_many
 from app.store import collect, tokens
 from app.store.eviction import evict
+from app.store.lease import LeaderLease
+from app.store.service_range import apply_range
 from app.store.store import Store
 from workers.context import reconciling
 from workers.controllers.apply import apply_plan
@@ -238,3 +240,24 @@ async def test_minting_and_revoking_a_token_record_who_did_it(pool: asyncpg.Pool
         ("update", "alice", "delete", "leaked"),
     ]
     assert all("token_sha256" not in (r["after"] or {}) for r in rows)
+
+
+async def test_a_lease_taken_names_the_candidate_and_renewals_are_counted_not_stored(
+    pool: asyncpg.Pool,
+) -> None:
+    lease = LeaderLease(pool, "cand-1", "ctx-leader", duration=8.0, renew_every=2.0)
+    assert await lease.try_acquire_or_renew()
+    assert await lease.try_acquire_or_renew()  # a renewal by the holder
+    assert await lease.release()
+    rows = await history(pool, "leases", "ctx-leader")
+    assert [(r["op"], r["principal"], r["reason"]) for r in rows] == [
+        ("insert", "system:leader-election", "cand-1 holds the lease quaymaster-system/ctx-leader"),
+        ("update", "system:leader-election", "cand-1 gives up leadership"),
+    ]
+
+
+async def test_a_new_service_range_names_the_api_server_configuration(pool: asyncpg.Pool) -> None:
+    assert await apply_range(pool, "10.99.0.0/16")
+    (row,) = await history(pool, "service_ip_range", "1")
+    assert (row["op"], row["principal"]) == ("update", "system:apiserver")
+    assert row["reason"] == "QM_SERVICE_CIDR at API server start"
