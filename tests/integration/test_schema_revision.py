@@ -80,3 +80,9 @@ def test_an_older_schema_is_refused(pg_server_url):
     url = _scratch_db(pg_server_url, "0013")
     with pytest.raises(SchemaMismatch, match=f"0013, older than revision {CODE_REVISION}"):
         require_known_schema(url, "test")
+
+
+def test_the_application_role_reads_the_revision_but_cannot_change_it(app_role_url):
+    assert require_known_schema(app_role_url, "test") == CODE_REVISION
+    with psycopg.connect(app_role_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("UPDATE qm_schema_compat SET oldest_code_revision = '9999'")
