@@ -93,7 +93,6 @@ def config_text(
         "unix_socket_dir =",
         "auth_type = trust",
         f"auth_file = {base_dir / 'userlist.txt'}",
-        f"logfile = {base_dir / 'pgbouncer.log'}",
         "pool_mode = transaction",
         "max_client_conn = 2000",
         f"default_pool_size = {pool_size}",
@@ -121,7 +120,8 @@ class EmbeddedPgBouncer:
     """One PgBouncer forwarding ``127.0.0.1:port`` to the PostgreSQL on ``server_port``.
 
     Layout: ``base_dir/pgbouncer.ini``, ``base_dir/userlist.txt``, ``base_dir/pgbouncer.log``
-    and ``base_dir/port`` (the port last used, reused when free).
+    (its standard error: it logs there) and ``base_dir/port`` (the port last used, reused
+    when free).
     """
 
     def __init__(
@@ -181,17 +181,18 @@ class EmbeddedPgBouncer:
         if account is not None:
             make_traversable(self.base_dir)
             os.chown(self.base_dir, account.uid, account.gid)
-        self._proc = subprocess.Popen(
-            [str(binary), str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log_path.open("ab"),
-            cwd=self.base_dir,
-            start_new_session=True,
-            user=account.uid if account else None,
-            group=account.gid if account else None,
-            extra_groups=[] if account else None,
-        )
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [str(binary), str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.base_dir,
+                start_new_session=True,
+                user=account.uid if account else None,
+                group=account.gid if account else None,
+                extra_groups=[] if account else None,
+            )
         self._wait_listening(timeout)
         return self._port
 
