@@ -634,6 +634,48 @@ SELECT c.namespace, c.name AS pod, c.uid AS pod_uid, w.at AS evicted_at, c.node,
     },
 )
 
+DRAINS: View = (
+    "drains",
+    "Who drained which node and why: one row per drain request (or a cordon made any other "
+    "way), with the cordon and the pods it evicted (their DisruptionTarget message names the "
+    "node)",
+    """
+WITH steps AS (
+  SELECT h.request_id, h.name AS node, h.at, true AS cordon, h.principal, h.reason, h.db_role
+    FROM qm_history AS h
+   WHERE h.table_name = 'nodes' AND h.op = 'update'
+     AND h.after->'spec'->'unschedulable' = 'true'::jsonb
+     AND h.before->'spec'->'unschedulable' IS DISTINCT FROM 'true'::jsonb
+  UNION ALL
+  SELECT e.request_id, substring(e.message FROM '^Evicted while draining node (.*)$'), e.evicted_at,
+         false, e.principal, e.reason, e.db_role
+    FROM reporting.evictions AS e
+   WHERE e.message LIKE 'Evicted while draining node %'
+)
+SELECT node, request_id, min(at) AS started_at, max(at) AS last_at, bool_or(cordon) AS cordoned,
+       count(*) FILTER (WHERE NOT cordon) AS pods_evicted,
+       (array_agg(principal ORDER BY at) FILTER (WHERE principal IS NOT NULL))[1] AS principal,
+       (array_agg(reason ORDER BY cordon DESC, at) FILTER (WHERE reason IS NOT NULL))[1]
+         AS reason,
+       (array_agg(db_role ORDER BY at))[1] AS db_role
+  FROM steps
+ GROUP BY node, request_id, CASE WHEN request_id IS NULL THEN at END
+""",
+    {
+        "node": "The node drained (or cordoned)",
+        "request_id": "The drain's request id: its cordon and its evictions share it (NULL: "
+        "a cordon without one, e.g. by SQL)",
+        "started_at": "The first step (the cordon, unless the node was already cordoned)",
+        "last_at": "The last step seen",
+        "cordoned": "This request cordoned the node (false: it was cordoned before)",
+        "pods_evicted": "Pods this request evicted, as the evictions view sees them (a team "
+        "login: its own)",
+        "principal": WHO["principal"],
+        "reason": "The reason given for the cordon (else for the evictions)",
+        "db_role": WHO["db_role"],
+    },
+)
+
 QUOTA_USAGE: View = (
     "quota_usage",
     "Every ResourceQuota's limits against its usage as the quota controller last published "
@@ -810,7 +852,7 @@ SELECT host(i.ip) AS ip, i.namespace, i.name AS service, i.allocated_at, i.relea
 
 VIEWS: tuple[View, ...] = (
     WORKLOADS, PENDING_PODS, PENDING_BY_REASON, ALLOCATION, NODE_CAPACITY, ROLLOUT_HISTORY,
-    ROLLOUT_CHANGES, NODE_FAILURES, EVICTIONS, QUOTA_USAGE, BUDGET_BLOCKS, CHANGES,
+    ROLLOUT_CHANGES, NODE_FAILURES, EVICTIONS, DRAINS, QUOTA_USAGE, BUDGET_BLOCKS, CHANGES,
     CHANGE_SUMMARIES, ROLE_BINDINGS, SERVICE_IPS,
 )  # fmt: skip
 

@@ -105,6 +105,9 @@ def test_a_team_login_sees_only_its_namespaces(cluster: tuple[str, dict[str, str
         (n2,) = db.execute("SELECT pods FROM reporting.node_capacity WHERE node = 'n2'").fetchall()
         assert n2 == (0,)
         assert db.execute("SELECT count(*) FROM reporting.node_failures").fetchone() == (0,)
+        # Its pods evicted by a drain, without the node's cordon (cluster-scoped history).
+        drains = db.execute("SELECT node, cordoned, pods_evicted FROM reporting.drains").fetchall()
+        assert drains == [("n1", False, 1)]
 
 
 def test_a_group_role_grants_its_members(cluster: tuple[str, dict[str, str]]) -> None:

@@ -199,3 +199,15 @@ def test_a_dba_update_shows_its_role_and_no_principal(seeded: tuple[str, Seed]) 
     )
     assert change["principal"] is None and change["db_role"] == "postgres"
     assert change["was"] == 2 and "spec" in change["changed_fields"]
+
+
+def test_who_drained_which_node_and_why(seeded: tuple[str, Seed]) -> None:
+    url, _ = seeded
+    (drain,) = rows(url, "SELECT * FROM reporting.drains")
+    assert (drain["node"], drain["request_id"], drain["principal"], drain["reason"]) == (
+        "n1",
+        "req-drain",
+        "bob",
+        "kernel upgrade on n1",
+    )
+    assert drain["cordoned"] is True and drain["pods_evicted"] == 1
