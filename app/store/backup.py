@@ -9,7 +9,9 @@ it was at any moment after the backup ended (ADR 0058, ``docs/backup.md``).
 Callers: ``qm db backup`` / ``qm db restore`` (:mod:`app.cli.dbbackup`) take backups and lay a
 restore out in a data directory; the embedded server (:class:`app.devstack.postgres
 .EmbeddedPostgres`) finishes a restore it finds prepared there: it waits for the replay to
-reach the target and promote, then clears the recovery settings.
+reach the target and promote, then clears the recovery settings. The restore drill
+(:mod:`app.devstack.drill`, and the integration test) runs both. It lives in the store layer so
+the CLI, which may not import the dev stack, can use it.
 """
 
 from __future__ import annotations
