@@ -21,8 +21,8 @@ nothing at our scale:
   (``wait_limit``): past either the request is rejected, which the API answers with 429;
 * while another flow is active on the server (any level: its requests share the event loop and
   the database), a flow may also take no more seats per second than ``rate_per_seat`` times
-  its level's seats on the server (a token bucket holding one second's worth, at least the
-  level's seats): its next request waits in its queue even with seats free, so a flood of
+  its level's seats on the server (a token bucket holding ``burst_s`` seconds' worth, at least
+  the level's seats): its next request waits in its queue even with seats free, so a flood of
   short requests, which seats alone do not slow, leaves capacity idle for the others. Tied to
   the seats, the rate follows the level's share and is split among the servers with them. A
   flow alone on the server is not limited by rate: it may use all its level's seats.
@@ -142,6 +142,7 @@ class Config:
     idle_flow_s: float = 600.0  # a flow's counters are forgotten this long after its last use
     rate_per_seat: float = 0.0  # a flow with company: seats per second per level seat (0: off)
     active_s: float = 1.0  # another flow used the server this recently: the rate limit applies
+    burst_s: float = 2.0  # seconds of its rate a flow's bucket holds
 
 
 class Dispatcher:
@@ -311,7 +312,7 @@ class Dispatcher:
         return other[1] + self.config.active_s
 
     def _burst(self, lv: Level) -> float:
-        return max(float(lv.limit), self.rate(lv))  # a second's worth, at least the widest
+        return max(float(lv.limit), self.rate(lv) * self.config.burst_s)  # at least the widest
 
     def _refill(self, lv: Level, f: Flow, now: float) -> None:
         if f.tokens < 0:

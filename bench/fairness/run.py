@@ -2,7 +2,7 @@
 expensive lists at full speed over both while a second team does ordinary reads, writes and
 a watch in its own namespace at a modest rate.
 
-    python -m bench.fairness.run [--runs 5] [--seconds 96] [--slice 8] [--team-rate 20]
+    python -m bench.fairness.run [--runs 5] [--seconds 96] [--slice 12] [--team-rate 20]
                                  [--flood-workers 64] [--preload 1000]
 
 A throwaway stack (embedded PostgreSQL migrated with ``alembic upgrade head``, as
@@ -15,8 +15,10 @@ get, list, create, update and delete in turn to alternating servers, and keeps a
 Each of ``--runs`` runs lasts ``--seconds``, cut into ``--slice``-second slices: the team runs
 throughout, the flood only in every other slice, so quiet and flooded samples are interleaved
 and the machine's other load (it is shared) weighs on both alike. A request is counted in its
-slice by the time it was sent, leaving out the first ``--guard`` seconds of each slice (the
-flood starting, or its queued requests draining after it stopped sending). Reported per run
+slice by the time it was sent, leaving out the first ``--guard`` seconds of each flooded slice
+(the flood starting) and the first ``--quiet-guard`` seconds of each quiet one (the flood's
+queued requests still being served or refused after it stopped sending: by default the
+servers' queue wait limit and a second). Reported per run
 and as medians over runs: the team's p50/p99 of all its requests and of its watch's
 deliveries, quiet and under flood, and their ratio within the run (target: p99 within 1.5x of
 quiet; bar 2x); the flooder's accepted and rejected requests per second of flooding; the most
@@ -41,6 +43,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -48,6 +51,7 @@ from app.api.fairness import env_config
 from app.core import fairness as core
 from bench.common import ROOT, Stack, median, percentile, write_result
 from bench.fairness.cluster import API, flow_figures, start_servers, tenant
+from bench.fairness.cpu import CpuSampler
 from bench.fairness.team import Team
 
 TARGETS = {"p99_ratio": 1.5, "p99_ratio_bar": 2.0}
@@ -58,8 +62,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--seconds", type=float, default=96.0, help="per run")
-    p.add_argument("--slice", type=float, default=8.0, help="seconds per quiet or flood slice")
-    p.add_argument("--guard", type=float, default=3.0, help="seconds left out of each slice")
+    p.add_argument("--slice", type=float, default=12.0, help="seconds per quiet or flood slice")
+    p.add_argument("--guard", type=float, default=3.0, help="seconds left out of a flood slice")
+    p.add_argument("--quiet-guard", type=float, default=None,
+                   help="seconds left out of a quiet slice (the queue wait limit + 1)")  # fmt: skip
     p.add_argument("--team-rate", type=float, default=20.0, help="team requests per second")
     p.add_argument("--flood-workers", type=int, default=64)
     p.add_argument("--preload", type=int, default=1000, help="objects in the flooded list")
@@ -104,22 +110,27 @@ async def sample_seats(
         await asyncio.sleep(0.25)
 
 
-def slices(start: float, slice_s: float, guard_s: float) -> Callable[[float], str | None]:
+def slices(
+    start: float, slice_s: float, guard_s: float, quiet_guard_s: float
+) -> Callable[[float], str | None]:
     """Label of a request sent at ``t``: even slices quiet, odd ones flooded; the first
-    ``guard_s`` of each slice (the flood starting or draining) left out."""
+    ``guard_s`` of a flooded slice (the flood starting) and ``quiet_guard_s`` of a quiet one
+    (the flood's queue draining) left out."""
 
     def label(t: float) -> str | None:
         k, within = divmod(t - start, slice_s)
-        if k < 0 or within < guard_s:
+        flooded = int(k) % 2 == 1
+        if k < 0 or within < (guard_s if flooded else quiet_guard_s):
             return None
-        return "flood" if int(k) % 2 else "quiet"
+        return "flood" if flooded else "quiet"
 
     return label
 
 
 async def one_run(
-    args: argparse.Namespace, api: httpx.AsyncClient, team: Team, urls: list[str], flood: str
-) -> dict[str, Any]:
+    args: argparse.Namespace, api: httpx.AsyncClient, team: Team, urls: list[str], flood: str,
+    cpu: CpuSampler,
+) -> dict[str, Any]:  # fmt: skip
     load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the reader
     start = time.monotonic() + 3.0  # the flooder's process and connections are up by then
     flooder = subprocess.Popen(
@@ -129,10 +140,14 @@ async def one_run(
         cwd=ROOT, stdout=subprocess.PIPE,
     )  # fmt: skip
     seats: list[tuple[float, float]] = []
-    sampler = asyncio.ensure_future(sample_seats(api, urls, seats))
-    lat = await team.run(start, args.seconds, args.team_rate, slices(start, args.slice, args.guard))
-    sampler.cancel()
-    await asyncio.gather(sampler, return_exceptions=True)
+    label = slices(start, args.slice, args.guard, args.quiet_guard)
+    cpu.reset(flooder.pid)
+    samplers = [asyncio.ensure_future(sample_seats(api, urls, seats)),
+                asyncio.ensure_future(cpu.run(label))]  # fmt: skip
+    lat = await team.run(start, args.seconds, args.team_rate, label)
+    for sampler in samplers:
+        sampler.cancel()
+    await asyncio.gather(*samplers, return_exceptions=True)
     out, _ = await asyncio.get_running_loop().run_in_executor(None, flooder.communicate)
     counts = json.loads(out.decode().strip().splitlines()[-1])
     secs = counts.pop("seconds")
@@ -147,6 +162,7 @@ async def one_run(
         "p50_ratio": flooded["p50_ms"] / quiet["p50_ms"],
         "p99_ratio": flooded["p99_ms"] / quiet["p99_ms"],
         "watch_p99_ratio": flooded["watch_p99_ms"] / quiet["watch_p99_ms"],
+        "cpu_cores": cpu.cores(),
         "flooder": {
             "counts": counts,
             "flooding_seconds": secs,
@@ -183,6 +199,12 @@ async def shell_cost_us(n: int = 50_000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def api_pids() -> list[int]:
+    """The API servers this process started (``python -m app.api``)."""
+    return [p.pid for p in psutil.Process().children()
+            if "app.api" in p.cmdline()]  # fmt: skip
+
+
 async def round_trip_us(db_url: str, n: int = 2000) -> float:
     conn = await asyncpg.connect(db_url)
     try:
@@ -200,7 +222,10 @@ async def bench(args: argparse.Namespace, stack: Stack, logs: Path) -> dict[str,
     env.pop("QM_BROKER_URL", None)
     servers = start_servers(env, stack.token, 2, logs)
     urls = [s.url for s in servers]
+    cpu = CpuSampler(api_pids(), stack.pg.pid if stack.pg else None)
     total, config, _ = env_config(env)
+    if args.quiet_guard is None:
+        args.quiet_guard = config.wait_limit + 1.0
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     try:
         async with httpx.AsyncClient(timeout=60, limits=limits) as api:
@@ -213,7 +238,7 @@ async def bench(args: argparse.Namespace, stack: Stack, logs: Path) -> dict[str,
             await team.seed(20)
             runs = []
             for i in range(args.runs):
-                runs.append(await one_run(args, api, team, urls, flood))
+                runs.append(await one_run(args, api, team, urls, flood, cpu))
                 r = runs[-1]
                 print(f"run {i + 1}: team p99 quiet {r['quiet']['p99_ms']:.1f} ms, flood "
                       f"{r['flood']['p99_ms']:.1f} ms (x{r['p99_ratio']:.2f}); flooder "
@@ -249,12 +274,17 @@ async def bench(args: argparse.Namespace, stack: Stack, logs: Path) -> dict[str,
             "flooder_rejected_per_s": med(["flooder", "rejected_per_s"]),
             "flooder_max_seats_across_servers": med(["flooder", "max_seats_across_servers"]),
             "flooder_max_queued_across_servers": med(["flooder", "max_queued_across_servers"]),
+            "cpu_cores": {
+                which: {g: med(["cpu_cores", which, g]) for g in runs[0]["cpu_cores"][which]}
+                for which in runs[0]["cpu_cores"]
+            },
         },
         "one_server_share_of_level": one_server,
         "settings": {
             "seats": total,
             "queue_length": config.queue_length,
             "queue_wait_s": config.wait_limit,
+            "flow_rate": config.flow_rate,
             "servers": 2,
             **vars(args),
         },

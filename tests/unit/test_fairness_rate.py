@@ -15,11 +15,12 @@ from app.core import fairness as f
 from app.store.tokens import User
 
 LEVEL = f.GLOBAL_DEFAULT
-SEATS = 20  # at one seat per second per seat: 20 seats/s, and the bucket holds 20
+SEATS = 20  # at one seat per second per seat: 20 seats/s; the bucket holds a second's worth
 
 
 def dispatcher(per_seat: float = 1.0, seats: int = SEATS, **config: float) -> f.Dispatcher:
     limits = {LEVEL: seats, f.SYSTEM: 4}
+    config = {"burst_s": 1.0, **config}
     return f.Dispatcher(limits, f.Config(rate_per_seat=per_seat, **config))  # type: ignore[arg-type]
 
 
@@ -158,7 +159,7 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
     loop = asyncio.get_running_loop()
     clock = [loop.time()]
     monkeypatch.setattr(loop, "time", lambda: clock[0])
-    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0), None)
+    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
     rate = c.dispatcher.rate(c.dispatcher.levels[LEVEL])
     assert rate == 41  # one server: the level's 41 seats, per second
     calm, flooder = User("calm", ()), User("flooder", ())
@@ -183,3 +184,15 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
     assert entered.is_set()
     assert 'qm_apf_level_flow_rate_limit{level="global-default"} 41' in metric_lines(c)
     monkeypatch.undo()
+
+
+def test_by_default_the_bucket_holds_two_seconds_so_a_full_level_follows_a_request() -> None:
+    d = f.Dispatcher({LEVEL: 4}, f.Config(rate_per_seat=1.0))
+    burst(d, "calm", 1, 0.0)
+    burst(d, "flooder", 1, 0.0)  # a get, then four watches at once: the level's seats
+    held = [d.offer(LEVEL, "flooder", 1, 0.0) for _ in range(4)]
+    assert all(r.state == "admitted" for r in held)
+    for r in held:
+        d.release(r, 0.0)
+    more = burst(d, "flooder", 4, 0.0)
+    assert [r.state for r in more] == ["done"] * 3 + ["queued"]  # 8 seats: two seconds' worth
