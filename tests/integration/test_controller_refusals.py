@@ -131,10 +131,10 @@ def test_a_cronjob_run_refused_is_not_lost(
                  {"spec": template}}}, ago=120)  # fmt: skip
     real = Store.create_many
 
-    async def refusing(self: Store, kind: Any, objs: list[dict[str, Any]]) -> Any:
+    async def refusing(self: Store, kind: Any, objs: list[dict[str, Any]], ctx: Any = None) -> Any:
         if kind.kind == "Job":
             raise Forbidden("exceeded quota: q, requested: count/jobs=1", kind="jobs")
-        return await real(self, kind, objs)
+        return await real(self, kind, objs, ctx)
 
     monkeypatch.setattr(Store, "create_many", refusing)
     out = rt.run(cronjob.reconcile_key(rt, NS, "tick", time.time()))
