@@ -323,7 +323,8 @@ def test_rolling_upgrade_from_the_previous_release(
 
         print(
             f"rolling upgrade: {load.requests} requests ({dict(balancer.served)}),"
-            f" {len(load.failures)} failed; migration {migration_s:.2f}s;"
+            f" {len(load.failures)} failed; migration {migration_s:.2f}s"
+            f" ({migrated.stdout.count('retrying')} retries);"
             f" longest lock wait {waits.longest:.3f}s, behind or by the migration"
             f" {waits.longest_migration:.3f}s ({waits.samples} samples)"
         )
