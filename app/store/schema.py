@@ -365,7 +365,6 @@ qm_history = Table(
         "qm_history_principal", "principal", "at", postgresql_where=text("(principal IS NOT NULL)")
     ),
     Index("qm_history_seq", "seq", postgresql_where=text("(seq IS NOT NULL)")),
-    Index("qm_history_uid", "uid", "at", postgresql_where=text("(uid IS NOT NULL)")),
     Index("qm_history_unsealed", "id", postgresql_where=text("(seq IS NULL)")),
     comment="Every insert, update and delete of a state table, with who (database role and application principal), why and when; append-only, chained by SHA-256 (docs/history.md)",
 )
