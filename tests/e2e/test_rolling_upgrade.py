@@ -308,6 +308,9 @@ def test_rolling_upgrade_from_the_previous_release(
             assert _revision(url) == CODE_REVISION
             time.sleep(2)  # the old release on the new schema
 
+            # This code refuses schema 0013 at start: the old processes running until here on
+            # it shows they run the old code, not the editable install's.
+            assert all(p.poll() is None for p in old_controllers), "old controllers exited"
             new_api.start(timeout=60)
             balancer.add(new_api.url)
             balancer.drain(old_api.url)
