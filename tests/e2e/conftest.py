@@ -21,12 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def workers(api_server: Any, pg_url: str, redis_url: str, stop_all: Any) -> Iterator[None]:
+def workers(
+    api_server: Any, pg_url: str, redis_url: str, stop_all: Any, through_pgbouncer: Any
+) -> Iterator[None]:
     """A Celery worker and the dispatcher on the session's database, with a broker database of
-    the test's own (resyncing every 2 s), stopped after the test."""
+    the test's own (resyncing every 2 s), stopped after the test (through PgBouncer under
+    ``QM_TEST_PGBOUNCER=1``)."""
     broker = redis_url.rsplit("/", 1)[0] + f"/{secrets.randbelow(14) + 1}"
     env = {**os.environ, "DATABASE_URL": pg_url, "QM_STREAM_DATABASE_URL": pg_url,
-           "QM_BROKER_URL": broker, "QM_RESYNC_SECONDS": "2", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+           "QM_BROKER_URL": broker, "QM_RESYNC_SECONDS": "2", "PYTHONUNBUFFERED": "1",
+           **through_pgbouncer(pg_url)}  # fmt: skip
     procs = [
         subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
                           "--loglevel=WARNING", "--concurrency=2", "--without-gossip",
