@@ -18,6 +18,7 @@ import uvloop
 from app.discovery.service import Settings, run
 from app.process import configure_logging, die_with_parent_if_asked, run_until_stopped
 from app.store.db import stream_database_url
+from app.store.schema_revision import require_known_schema
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     args = parse_args(argv)
     configure_logging(args.log_level)
+    require_known_schema(stream_database_url(), "the discovery replica")
     settings = Settings(
         dsn=stream_database_url(),
         host=args.host,

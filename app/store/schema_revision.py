@@ -1,9 +1,10 @@
 """The schema-revision check every component runs before it starts serving.
 
 Called from the entry points of the API server, the scheduler, the revisioner, the Celery
-workers, the dispatcher and the controller manager. Reads ``alembic_version`` and
-``qm_schema_compat`` over one short connection and refuses (``SystemExit`` with a message
-naming both revisions) when ``app.core.schema_compat`` says this code must not run there.
+workers, the dispatcher, the controller manager and the discovery replicas. Reads
+``alembic_version`` and ``qm_schema_compat`` over one short connection and refuses
+(``SystemExit`` with a message naming both revisions) when ``app.core.schema_compat`` says this
+code must not run there.
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ def _scratch_db(pg_server_url: str, version: str) -> str:
         (["app.scheduler", "--metrics-port", "-1"], "the scheduler"),
         (["workers.manager"], "the controller manager"),
         (["workers.dispatch"], "the dispatcher"),
+        (["app.discovery", "--port", "1", "--http-port", "1"], "the discovery replica"),
     ],
 )
 def test_components_refuse_an_unknown_schema_naming_both_revisions(
