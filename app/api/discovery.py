@@ -15,6 +15,7 @@ from app.api.responses import json_response
 from app.api.routes import guarded
 from app.core.kinds import API_VERSION, GROUP, KINDS, VERSION
 from app.core.scale import SCALED
+from app.store.backup import metric_lines as archive_metric_lines
 from app.store.history import metric_lines as history_metric_lines
 from app.store.tokens import User
 
@@ -190,6 +191,7 @@ async def metrics(request: Request[Any, Any, Any]) -> str:
     lines += metric_lines(state.get("fairness"))
     lines += await pgbouncer_lines()  # when QM_PGBOUNCER_ADMIN_URL is set (ADR 0057)
     lines += await history_metric_lines(state.objects.store.pool)  # ADR 0052
+    lines += await archive_metric_lines(state.objects.store.pool)  # ADR 0058
     return "\n".join(lines) + "\n"
 
 

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psycopg
 
 INFO_FILE = "qm-backup.json"
@@ -332,3 +333,49 @@ def _run(argv: list[str]) -> None:
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+# -- the archiver's health, for the API servers' /metrics -------------------------------------
+
+
+async def metric_lines(pool: asyncpg.Pool) -> list[str]:
+    """Whether the server archives WAL and whether that works (``pg_stat_archiver``): an archive
+    that fails keeps WAL in ``pg_wal`` until the disk fills, and every restore point after the
+    first failure is lost. ``qm_wal_archive_failing 1`` is the alert. Empty when the query
+    fails."""
+    try:
+        row = await pool.fetchrow(
+            "SELECT current_setting('archive_mode') <> 'off', archived_count, failed_count,"
+            " extract(epoch FROM now() - last_archived_time),"
+            " coalesce(last_failed_time > coalesce(last_archived_time, '-infinity'), false)"
+            " FROM pg_stat_archiver"
+        )
+    except (asyncpg.PostgresError, OSError):
+        return []
+    if row is None:
+        return []
+    lines = [
+        "# HELP qm_wal_archive_enabled Whether PostgreSQL archives WAL (archive_mode).",
+        "# TYPE qm_wal_archive_enabled gauge",
+        f"qm_wal_archive_enabled {int(row[0])}",
+    ]
+    if not row[0]:
+        return lines
+    lines += [
+        "# HELP qm_wal_archive_archived_total WAL files archived since the statistics reset.",
+        "# TYPE qm_wal_archive_archived_total counter",
+        f"qm_wal_archive_archived_total {int(row[1])}",
+        "# HELP qm_wal_archive_failed_total Failed attempts to archive a WAL file.",
+        "# TYPE qm_wal_archive_failed_total counter",
+        f"qm_wal_archive_failed_total {int(row[2])}",
+        "# HELP qm_wal_archive_failing Whether the last attempt to archive failed.",
+        "# TYPE qm_wal_archive_failing gauge",
+        f"qm_wal_archive_failing {int(row[4])}",
+    ]
+    if row[3] is not None:
+        lines += [
+            "# HELP qm_wal_archive_last_archived_age_seconds Time since a WAL file was archived.",
+            "# TYPE qm_wal_archive_last_archived_age_seconds gauge",
+            f"qm_wal_archive_last_archived_age_seconds {float(row[3]):.3f}",
+        ]
+    return lines

@@ -89,6 +89,12 @@ def _names(c: httpx.Client) -> set[str]:
     return {item["metadata"]["name"] for item in r.json()["items"]}
 
 
+def _metrics(c: httpx.Client) -> dict[str, float]:
+    text = c.get("/metrics").text
+    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("qm_wal_"))
+    return {name: float(value) for name, value in pairs}
+
+
 def _segments(archive: Path) -> list[str]:
     return sorted(p.name for p in archive.iterdir() if len(p.name) == 24)
 
@@ -136,6 +142,9 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
             after_target = [f"after-target-{i}" for i in range(3)]
             _create(c, after_target)
             assert _names(c) == {*before_backup, *before_target, *after_target}
+            metrics = _metrics(c)
+            assert metrics["qm_wal_archive_enabled"] == 1 and metrics["qm_wal_archive_failing"] == 0
+            assert metrics["qm_wal_archive_archived_total"] >= 1
         with psycopg.connect(url, autocommit=True) as db:
             wait_archived(db)  # the archive now holds a commit after the target
         servers.pop().stop()
@@ -159,6 +168,7 @@ def test_restore_to_a_point_in_time_serves_what_committed_before_it_and_nothing_
             r = c.get(f"{API}/namespaces/{NS}/configmaps/before-target-2")
             assert r.status_code == 200 and r.json()["data"] == {"name": "before-target-2"}
             assert c.get(f"{API}/namespaces/{NS}/configmaps/after-target-0").status_code == 404
+            assert _metrics(c)["qm_wal_archive_enabled"] == 0
             # The restored plane takes writes: it is a control plane, not a read-only copy.
             _create(c, ["after-restore"])
             assert "after-restore" in _names(c)  # through the restored plane's own stream
