@@ -1,4 +1,5 @@
-"""A small cluster written straight into a database, for the reporting views' tests.
+"""A small cluster written straight into a database, and reporting logins, for the reporting
+views' tests.
 
 Two teams' namespaces, two nodes, pods in every state the views tell apart, a Deployment with
 two revisions, a Job, a quota, a blocking disruption budget, a Secret, and the writes an auditor
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 SECRET_VALUE = "hunter2-" + secrets.token_hex(6)
 TEAM_LABEL = "quaymaster.io/team"
@@ -25,6 +27,35 @@ class Seed:
     """The uids of the objects the tests look up."""
 
     uids: dict[str, str] = field(default_factory=dict)
+
+
+class Roles:
+    """Login and group roles made for one database, dropped afterwards (roles are
+    cluster-wide, and the session's server is shared)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.suffix = secrets.token_hex(3)
+        self.made: list[str] = []
+
+    def make(self, base: str, options: str, *namespaces: str) -> str:
+        name = f"{base}_{self.suffix}"
+        with psycopg.connect(self.url, autocommit=True) as db:
+            db.execute(sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(name)))
+            for ns in namespaces:
+                db.execute(
+                    "INSERT INTO reporting.namespace_access (role_name, namespace) VALUES (%s, %s)",
+                    (name, ns),
+                )
+        self.made.append(name)
+        return name
+
+    def drop(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as db:
+            for name in reversed(self.made):
+                ident = sql.Identifier(name)
+                db.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+                db.execute(sql.SQL("DROP ROLE {}").format(ident))
 
 
 def _ready(status: bool) -> dict[str, Any]:

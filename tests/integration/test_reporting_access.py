@@ -16,40 +16,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from reporting_seed import SECRET_VALUE, seed_cluster
+from reporting_seed import SECRET_VALUE, Roles, seed_cluster
 
 from app.devstack.postgres import create_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class Roles:
-    """Login and group roles made for one database, dropped afterwards (roles are
-    cluster-wide, and the session's server is shared)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.suffix = secrets.token_hex(3)
-        self.made: list[str] = []
-
-    def make(self, base: str, options: str, *namespaces: str) -> str:
-        name = f"{base}_{self.suffix}"
-        with psycopg.connect(self.url, autocommit=True) as db:
-            db.execute(sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(name)))
-            for ns in namespaces:
-                db.execute(
-                    "INSERT INTO reporting.namespace_access (role_name, namespace) VALUES (%s, %s)",
-                    (name, ns),
-                )
-        self.made.append(name)
-        return name
-
-    def drop(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as db:
-            for name in reversed(self.made):
-                ident = sql.Identifier(name)
-                db.execute(sql.SQL("DROP OWNED BY {}").format(ident))
-                db.execute(sql.SQL("DROP ROLE {}").format(ident))
 
 
 @pytest.fixture(scope="module")
