@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,11 +29,11 @@ from sqlalchemy.exc import DBAPIError
 from migrations import online
 
 URL_ENV = "QM_MIGRATION_DATABASE_URL"
-RETRIES_ENV = "QM_MIGRATION_LOCK_RETRIES"
 APPLICATION_NAME = "qm-migrate"
-# A lock timeout, or a deadlock broken on the migration's side: the migration's transaction
-# was rolled back whole, and running it again is safe.
-RETRIED = {"55P03": "waited longer than lock_timeout ({})", "40P01": "broke a deadlock"}
+
+
+class PartlyApplied(SystemExit):
+    """A migration failed after committing part of itself: running it again is not safe."""
 
 
 def _url() -> str:
@@ -60,6 +59,7 @@ def _with_timeouts(fn: Callable[..., Any], module: Any) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
+        online.progress.update(committed=False, revision=module.revision)
         online.set_timeouts(
             getattr(module, "lock_timeout", None), getattr(module, "statement_timeout", None)
         )
@@ -76,10 +76,6 @@ def _guard_every_migration() -> None:
             fn = getattr(module, name)
             if not getattr(fn, "qm_guarded", False):
                 setattr(module, name, _with_timeouts(fn, module))
-
-
-def _retried(exc: DBAPIError) -> str | None:
-    return RETRIED.get(getattr(exc.orig, "sqlstate", None) or "")
 
 
 def run_offline() -> None:
@@ -105,7 +101,7 @@ def _run_once(engine: Any) -> None:
 
 
 def run_online() -> None:
-    retries = int(os.environ.get(RETRIES_ENV) or 10)
+    retries = online.retries()
     # The session's own timeouts cover what Alembic runs outside a migration's transaction
     # (reading alembic_version first) and the autocommit blocks.
     options = (
@@ -121,10 +117,17 @@ def run_online() -> None:
             _run_once(engine)
             return
         except DBAPIError as exc:
-            cause = _retried(exc)
+            cause = online.retried_cause(exc)
             if cause is None or attempt == retries:
                 raise
-            pause = min(10.0, 0.5 * 2.0**attempt) * random.uniform(0.5, 1.0)
+            if online.progress["committed"]:
+                what = cause.format(online.lock_timeout())
+                raise PartlyApplied(
+                    f"migration {online.progress.get('revision')} {what} after"
+                    " committing its first part (before an autocommit block); it is not run"
+                    f" again by itself: see docs/upgrades.md ({exc.orig})"
+                ) from exc
+            pause = online.pause(attempt)
             print(
                 f"migration {cause.format(online.lock_timeout())};"
                 f" retrying in {pause:.1f}s ({attempt + 1}/{retries})",

@@ -14,22 +14,36 @@ Migrations call:
   own transaction, so no row lock is held for longer than one batch;
 * :func:`serves` to say which code revisions the schema still serves (see 0016).
 
-Work done in an autocommit block is committed when the block starts (the migration's earlier
-statements too), so it must be idempotent: a migration retried after a lock timeout runs it
-again. The helpers are (``IF NOT EXISTS``, an invalid index left by a failed build is dropped
-first, a backfill only touches rows it has not filled yet).
+An autocommit block commits the migration's statements before it, and what it runs commits as
+it goes. Its statements are tried again where they gave way on a lock, so each must be safe to
+run twice (the helpers' are: ``IF NOT EXISTS``, an invalid index left by a failed build is
+dropped first, a backfill only touches rows it has not filled yet). A migration that fails
+after such a block is not retried as a whole (env.py), since its first part would run twice:
+put autocommit work last, where nothing transactional follows it but the version stamp.
 
 Frozen like ``kind_table``: migrations already applied import it; add, never change outputs.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import re
+import time
+from collections.abc import Callable
 
 from alembic import op
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
+RETRIES_ENV = "QM_MIGRATION_LOCK_RETRIES"
+DEFAULT_RETRIES = 10
+# SQLSTATEs after which the work is tried again: it gave way and left nothing behind.
+RETRIED = {"55P03": "waited longer than lock_timeout ({})", "40P01": "broke a deadlock"}
+# Whether the running migration has committed part of itself (an autocommit block), set here
+# and reset by env.py when a migration starts.
+progress: dict[str, object] = {"committed": False, "revision": None}
 LOCK_TIMEOUT_ENV = "QM_MIGRATION_LOCK_TIMEOUT"
 STATEMENT_TIMEOUT_ENV = "QM_MIGRATION_STATEMENT_TIMEOUT"
 # Shorter than PostgreSQL's default deadlock_timeout (1 s), which the application's sessions
@@ -95,20 +109,55 @@ def _deadlock_timeout(*, local: bool) -> str:
     )
 
 
-def _in_autocommit(statements: list[str], *, lift_statement_timeout: bool = True) -> None:
+def retries() -> int:
+    """How often work that gave way on a lock is tried again (``QM_MIGRATION_LOCK_RETRIES``)."""
+    return int(os.environ.get(RETRIES_ENV) or DEFAULT_RETRIES)
+
+
+def pause(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: 0.5 s doubling to 10 s, jittered."""
+    return min(10.0, 0.5 * 2.0**attempt) * random.uniform(0.5, 1.0)
+
+
+def retried_cause(exc: BaseException) -> str | None:
+    """Why ``exc`` is worth another attempt (a lock timeout or a deadlock), else ``None``."""
+    orig = getattr(exc, "orig", None)
+    return RETRIED.get(getattr(orig, "sqlstate", None) or "")
+
+
+def _in_autocommit(
+    statements: list[str] | Callable[[], list[str]], *, lift_statement_timeout: bool = True
+) -> None:
     """Run ``statements`` outside any transaction, then restore the migration's timeouts.
 
     Session-level ``lock_timeout`` still bounds every lock wait (a concurrent build waits for
     older transactions through locks); ``statement_timeout`` is lifted, since a build or a
-    batched backfill is long by design and blocks no one.
+    batched backfill is long by design and blocks no one. Online, statements that gave way on
+    a lock run again, all of them (each is idempotent), after a pause; ``statements`` may be a
+    function, to decide them again on each attempt. The migration's own transaction is
+    committed here: from now on a failure of the migration is not retried as a whole
+    (:data:`progress`).
     """
+    build = statements if callable(statements) else (lambda: statements)
+    progress["committed"] = True
     with op.get_context().autocommit_block():
         op.execute(f"SET lock_timeout = '{lock_timeout()}'")
         if lift_statement_timeout:
             op.execute("SET statement_timeout = 0")
         op.execute(_deadlock_timeout(local=False))
-        for statement in statements:
-            op.execute(statement)
+        for attempt in itertools.count():
+            try:
+                for statement in build():
+                    op.execute(statement)
+                break
+            except DBAPIError as exc:
+                cause = retried_cause(exc)
+                if cause is None or attempt >= retries() or op.get_context().as_sql:
+                    raise
+                wait = pause(attempt)
+                print(f"a statement outside the transaction {cause.format(lock_timeout())};"
+                      f" retrying in {wait:.1f}s", flush=True)  # fmt: skip
+                time.sleep(wait)
         op.execute(f"SET statement_timeout = '{statement_timeout()}'")
     set_timeouts()
 
@@ -147,16 +196,18 @@ def create_index_concurrently(
     ``IF NOT EXISTS`` would otherwise keep it. In the offline SQL that check cannot run: the
     runbook says how to spot and drop an invalid index before re-running.
     """
-    statements = []
-    if _invalid_index(name):
-        statements.append(f"DROP INDEX CONCURRENTLY IF EXISTS {_ident(name)}")
     kind = "UNIQUE INDEX" if unique else "INDEX"
     method = f" USING {_ident(using)}" if using else ""
     predicate = f" WHERE {where}" if where else ""
-    statements.append(
+    create = (
         f"CREATE {kind} CONCURRENTLY IF NOT EXISTS {_ident(name)}"
         f" ON {_ident(table)}{method} ({columns}){predicate}"
     )
+
+    def statements() -> list[str]:  # asked again after a build that gave way
+        drop = [f"DROP INDEX CONCURRENTLY IF EXISTS {_ident(name)}"] if _invalid_index(name) else []
+        return [*drop, create]
+
     _in_autocommit(statements)
 
 

@@ -184,3 +184,17 @@ def test_lock_tables_in_order_and_statements_alone():
     assert "statement_timeout = 0" not in sql
     with pytest.raises(ValueError):
         online.lock_tables("pods; DROP TABLE x")
+
+
+def test_a_concurrent_build_that_gives_way_is_retried(pg_url, table, monkeypatch, capsys):
+    index = f"{table}_w"
+    monkeypatch.setenv(online.LOCK_TIMEOUT_ENV, "200ms")
+    holder = psycopg.connect(pg_url)
+    holder.execute(f"LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE")  # as a build would
+    release = threading.Timer(1.0, holder.commit)
+    release.start()
+    _run(pg_url, lambda: online.create_index_concurrently(index, table, "w"))
+    release.join()
+    holder.close()
+    assert _index_valid(pg_url, index) is True
+    assert "waited longer than lock_timeout (200ms); retrying" in capsys.readouterr().out
