@@ -91,3 +91,4 @@ bench: install
 	$(BIN)/python -m bench.discovery.run
 	$(BIN)/python -m bench.fairness.run
 	$(BIN)/python -m bench.authz.run
+	$(BIN)/python -m bench.backup.run
