@@ -1,6 +1,6 @@
 """Change-history benchmark (ADR 0052): what recording every write costs, in one run.
 
-    python -m bench.audit.run [--rounds 3] [--seconds 10] [--writers 8] [--pods 200]
+    python -m bench.audit.run [--rounds 6] [--seconds 5] [--writers 8] [--pods 200]
                               [--nodes 10000] [--renewals 3]
 
 A throwaway embedded PostgreSQL migrated with ``alembic upgrade head`` (``bench.common.Stack``,
@@ -12,7 +12,9 @@ context on every write, as the API and the controllers write.
   the worst case; a status-only write would only be counted). Rounds alternate history off
   (the history triggers disabled) and on (enabled, with the sealer running once a second as the
   revisioner leader runs it), ``--seconds`` each, so the shared machine's other load weighs on
-  both alike. Reported: writes/s per round and the median ratio on/off (target >= 0.8).
+  both alike. Reported: writes/s per round and the median ratio on/off (target >= 0.8); and,
+  since the shared machine's load swings from round to round, the CPU per write of the server
+  (its processes' ``/proc`` times) and of this client, off and on, and their ratio.
 * **Bytes per pod lifecycle.** ``--pods`` pods each go through create, bind (``spec.nodeName``),
   Running, Ready and delete (graceful: marked deleting, then removed). Reported: history rows
   and their bytes (``pg_column_size``) per lifecycle, and the growth on disk of the history
@@ -33,6 +35,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -59,8 +62,8 @@ TARGET_RATIO = 0.8
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.audit.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--rounds", type=int, default=3, help="pairs of off/on rounds")
-    p.add_argument("--seconds", type=float, default=10.0, help="per round")
+    p.add_argument("--rounds", type=int, default=6, help="pairs of off/on rounds")
+    p.add_argument("--seconds", type=float, default=5.0, help="per round")
     p.add_argument("--writers", type=int, default=8)
     p.add_argument("--pods", type=int, default=200, help="pod lifecycles measured")
     p.add_argument("--nodes", type=int, default=10_000, help="hollow nodes' leases")
@@ -95,6 +98,24 @@ def relation_bytes(db: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
+def server_cpu_s(postmaster: int | None) -> float:
+    """CPU seconds used so far by the server's processes (the postmaster's children, live
+    ones: backends of the bench's pool live through a round). 0 without an embedded server."""
+    if postmaster is None:
+        return 0.0
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster or int(entry) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 # -- throughput ------------------------------------------------------------------------------
 async def churn(store: Store, writer: int, seconds: float) -> int:
     """Create, update and delete ConfigMaps for ``seconds``; the writes done."""
@@ -119,6 +140,7 @@ async def churn(store: Store, writer: int, seconds: float) -> int:
 async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     pool = await create_pool(stack.url, max_size=args.writers + 2)
     store = Store(pool)
+    postmaster = stack.pg.pid if stack.pg is not None else None
     rounds: list[dict[str, Any]] = []
     try:
         with psycopg.connect(stack.url, autocommit=True) as db:
@@ -130,18 +152,24 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                     thread = threading.Thread(target=sealer.run, args=(stop,), daemon=True)
                     if on:
                         thread.start()
-                    t0 = time.monotonic()
+                    t0, c0 = time.monotonic(), time.process_time()
+                    s0 = server_cpu_s(postmaster)
                     counts = await asyncio.gather(
                         *(churn(store, w, args.seconds) for w in range(args.writers))
                     )
                     elapsed = time.monotonic() - t0
+                    client_us = (time.process_time() - c0) * 1e6 / sum(counts)
+                    server_us = (server_cpu_s(postmaster) - s0) * 1e6 / sum(counts)
                     stop.set()
                     if on:
                         thread.join(timeout=10)
                     rate = sum(counts) / elapsed
                     rounds.append({"round": r, "history": on, "writes_per_s": round(rate, 1),
+                                   "server_cpu_us_per_write": round(server_us, 1),
+                                   "client_cpu_us_per_write": round(client_us, 1),
                                    "sealer_lag_s": round(sealer.lag_s, 3)})  # fmt: skip
-                    print(f"round {r} history={'on ' if on else 'off'}: {rate:8.1f} writes/s",
+                    print(f"round {r} history={'on ' if on else 'off'}: {rate:8.1f} writes/s,"
+                          f" server {server_us:6.1f} us/write, client {client_us:6.1f} us/write",
                           flush=True)  # fmt: skip
             history_triggers(db, True)
             seal_all(db)
@@ -152,10 +180,19 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         on["writes_per_s"] / off["writes_per_s"]
         for off, on in zip(rounds[::2], rounds[1::2], strict=True)
     ]
+    # The same comparison in CPU (server and this client, per write): what the ratio would be
+    # on a machine whose CPU is the limit and not shared with anything else.
+    cpu = {
+        on: median([x["server_cpu_us_per_write"] + x["client_cpu_us_per_write"]
+                    for x in rounds if x["history"] is on])
+        for on in (False, True)
+    }  # fmt: skip
     return {
         "rounds": rounds,
         "ratio_per_round": [round(x, 3) for x in ratios],
         "ratio_median": round(median(ratios), 3),
+        "cpu_us_per_write_median": {"off": round(cpu[False], 1), "on": round(cpu[True], 1)},
+        "cpu_ratio": round(cpu[False] / cpu[True], 3) if cpu[True] else None,
         "target_ratio": TARGET_RATIO,
         "writers": args.writers,
         "seconds_per_round": args.seconds,
@@ -241,9 +278,10 @@ async def renewals(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         db.execute("VACUUM qm_history")
         size0 = relation_bytes(db)
         id0 = db.execute("SELECT coalesce(max(id), 0) FROM qm_history").fetchone()[0]  # type: ignore[index]
-        versions = dict(
-            db.execute("SELECT name, row_version FROM leases WHERE namespace = %s", (ns,))
-        )
+        versions: dict[str, int] = {
+            str(r[0]): int(r[1])
+            for r in db.execute("SELECT name, row_version FROM leases WHERE namespace = %s", (ns,))
+        }
         t0 = time.monotonic()
         queue = [f"node-{i}" for _ in range(args.renewals) for i in range(1, n + 1)]
         await renew_all(pool, queue, versions, args.writers)

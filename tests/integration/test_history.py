@@ -439,3 +439,12 @@ def test_legacy_audit_rows_are_copied_into_the_history(pg_server_url: str) -> No
     with psycopg.connect(url, autocommit=True) as db:
         assert db.execute("SELECT to_regclass('qm_history')").fetchone() == (None,)
         assert db.execute("SELECT count(*) FROM qm_audit").fetchone() == (7,)
+
+
+def test_the_api_server_exports_the_sealers_lag(api_server: Any) -> None:
+    import httpx
+
+    text = httpx.get(f"{api_server.url}/metrics", timeout=30).text
+    for metric in ("qm_history_unsealed_rows", "qm_history_seal_lag_seconds",
+                   "qm_history_sealed_seq"):  # fmt: skip
+        assert f"\n{metric} " in text

@@ -40,7 +40,7 @@ def month_start(db: psycopg.Connection[Any], months_ago: int) -> datetime:
         "SELECT date_trunc('month', now(), 'UTC') - make_interval(months => %s)", (months_ago,)
     ).fetchone()
     assert row is not None
-    return row[0]  # type: ignore[no-any-return]
+    return row[0]
 
 
 def old_rows(db: psycopg.Connection[Any], months_ago: int, n: int) -> None:
