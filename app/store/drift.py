@@ -21,7 +21,6 @@ from typing import Any
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic_utils.pg_function import PGFunction
-from alembic_utils.pg_grant_table import PGGrantTable
 from alembic_utils.pg_policy import PGPolicy
 from alembic_utils.pg_trigger import PGTrigger
 from alembic_utils.pg_view import PGView
@@ -49,6 +48,35 @@ WHERE i.schemaname = :schema AND NOT c.relispartition AND i.tablename <> 'alembi
 """
 PUBLISHED = "SELECT pubname, schemaname, tablename FROM pg_publication_tables"
 PARTITIONS = "SELECT c.relname FROM pg_class c WHERE c.relispartition"
+# Privileges granted on the schema, its relations (whole or by column), sequences and
+# functions, to anyone but the owner. A grant on a whole object reads "whole"; a column grant
+# lists its columns, so adding a column changes neither. "*" marks the grant option.
+GRANTS = """
+WITH acl AS (
+  SELECT n.nspname AS obj, a.grantee, a.privilege_type, a.is_grantable, NULL::name AS col
+    FROM pg_namespace n, aclexplode(n.nspacl) a
+   WHERE n.nspname = :schema AND a.grantee <> n.nspowner
+  UNION ALL
+  SELECT c.relname, a.grantee, a.privilege_type, a.is_grantable, NULL
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a
+   WHERE n.nspname = :schema AND a.grantee <> c.relowner
+  UNION ALL
+  SELECT c.relname, a.grantee, a.privilege_type, a.is_grantable, t.attname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute t ON t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped,
+         aclexplode(t.attacl) a
+   WHERE n.nspname = :schema AND a.grantee <> c.relowner
+  UNION ALL
+  SELECT p.oid::regprocedure::text, a.grantee, a.privilege_type, a.is_grantable, NULL
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, aclexplode(p.proacl) a
+   WHERE n.nspname = :schema AND a.grantee <> p.proowner
+)
+SELECT obj, CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE grantee::regrole::text END,
+       privilege_type,
+       CASE WHEN bool_or(col IS NULL) THEN 'whole' ELSE string_agg(col, ', ' ORDER BY col) END
+       || CASE WHEN bool_or(is_grantable) THEN ' *' ELSE '' END
+  FROM acl GROUP BY 1, 2, 3
+"""
 # Row security and storage or view options (security_invoker, fillfactor) of each relation.
 SETTINGS = """
 SELECT c.relname, concat_ws('; ',
@@ -107,12 +135,9 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
             if not on_partition(p.on_entity):
                 key = _key(sch, f"{p.signature} on {_table(p.on_entity)}")
                 found["policies"][key] = p.definition
-        for g in PGGrantTable.from_database(sess, sch):
-            if g.table in partitions:
-                continue
-            grant = f"{g.table} to {g.role}: {g.grant.value}"
-            option = " with grant option" if g.with_grant_option else ""
-            found["grants"][_key(sch, grant)] = ", ".join(g.columns) + option
+        for obj, grantee, privilege, columns in sess.execute(text(GRANTS), {"schema": sch}):
+            if obj not in partitions:
+                found["grants"][_key(sch, f"{obj} to {grantee}: {privilege}")] = columns
         for _, name, definition in sess.execute(text(INDEXES), {"schema": sch}):
             found["indexes"][_key(sch, name)] = definition
         for name, settings in sess.execute(text(SETTINGS), {"schema": sch}):

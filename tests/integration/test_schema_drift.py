@@ -47,6 +47,8 @@ ALTER TABLE leases ALTER COLUMN generation SET DEFAULT 5;
 CREATE VIEW pods_by_hand AS SELECT name FROM pods;
 CREATE POLICY only_mine ON configmaps USING (namespace = current_user);
 GRANT SELECT ON secrets TO qm_reporting;
+GRANT EXECUTE ON FUNCTION qm_history_seal(integer) TO PUBLIC;
+REVOKE INSERT ON pods FROM qm_app;
 CREATE INDEX nodes_by_hand ON nodes (name);
 """
 
@@ -69,6 +71,8 @@ def test_changes_made_by_hand_are_named(make_database: Any) -> None:
         "view pods_by_hand is in the database but not in the code",
         "policy only_mine on configmaps is in the database but not in the code",
         "grant secrets to qm_reporting: SELECT is in the database but not in the code",
+        "grant qm_history_seal(integer) to PUBLIC: EXECUTE is in the database but not in the code",
+        "grant pods to qm_app: INSERT is missing from the database",
         "index nodes_by_hand on nodes is in the database but not in the code",
     ]
     for line in expected:
