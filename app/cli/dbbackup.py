@@ -121,6 +121,8 @@ def run_restore(args: argparse.Namespace) -> int:
         return 2
     try:
         chosen = backup.choose_backup(source, args.target_time)
+        if args.archive is not None and args.target_time is not None:
+            backup.check_reachable(args.archive, chosen, args.target_time)
         info = backup.prepare_restore(
             chosen, args.into, archive=args.archive, target=args.target_time
         )

@@ -70,6 +70,8 @@ def drill(
     report = Report(target=target.isoformat() if target else None)
     chosen = backup.choose_backup(source, target)
     report.backup = str(chosen)
+    if archive is not None and target is not None:
+        backup.check_reachable(archive, chosen, target)
     done = report.timed("copy")
     backup.prepare_restore(chosen, scratch / "postgres" / "data", archive=archive, target=target)
     done()

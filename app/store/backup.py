@@ -42,6 +42,9 @@ RECOVERY_SETTINGS = (
 )
 _UNSAFE_PATH = re.compile(r"['\"%\\\n]")
 _START_FILE = re.compile(r"^START WAL LOCATION: \S+ \(file ([0-9A-F]{24})\)$", re.M)
+_END_OF_TRANSACTION = re.compile(
+    r"desc: (?:COMMIT|ABORT) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC"
+)
 
 
 class BackupError(RuntimeError):
@@ -285,6 +288,45 @@ def prepare_restore(
         fh.write(f"# qm db restore from {backup.name}\n{lines}")
     (data_dir / "recovery.signal").write_text("")
     return info
+
+
+def archive_reaches(
+    archive: Path, info: BackupInfo, *, bin_dir: Path | None = None
+) -> datetime | None:
+    """When the last transaction the archive holds after ``info``'s backup ended (committed or
+    aborted, on the backup's timeline), read with ``pg_waldump`` from the newest segment back;
+    ``None`` when there is none.
+
+    Replay stops at the first transaction that ended after the target, so a target at or after
+    this time cannot be reached: PostgreSQL would stop instead of promoting.
+    """
+    timeline, first = info.start_wal_file[:8], info.start_wal_file
+    segments = sorted(
+        (p for p in archive.iterdir() if len(p.name) == 24 and p.name[:8] == timeline),
+        reverse=True,
+    )
+    waldump = str((bin_dir or wheel_bin_dir()) / "pg_waldump")
+    for segment in (p for p in segments if p.name >= first):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"TZ": "UTC"}
+        argv = [waldump, "--rmgr=Transaction", str(segment)]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False).stdout
+        ended = _END_OF_TRANSACTION.findall(out)  # a segment cut short still lists what it holds
+        if ended:
+            return datetime.fromisoformat(ended[-1]).replace(tzinfo=UTC)
+    return None
+
+
+def check_reachable(archive: Path, backup: Path, target: datetime) -> None:
+    """Refuse, before anything is copied, a target the archive does not reach past."""
+    if not archive.is_dir():
+        return  # prepare_restore says so
+    reached = archive_reaches(archive, BackupInfo.read(backup))
+    if reached is None or reached <= target:
+        raise BackupError(
+            f"the archive's last transaction ended at {reached.isoformat() if reached else 'none'}:"
+            f" nothing in it comes after {target.isoformat()}, so replay could not stop there"
+            " (a later write, or qm db backup, archives more; or choose an earlier target)"
+        )
 
 
 def restore_pending(data_dir: Path) -> bool:

@@ -26,8 +26,11 @@ from app.devstack.apiserver import ApiServer
 from app.devstack.postgres import EmbeddedPostgres
 from app.devstack.supervise import free_port
 from app.store.backup import (
+    BackupInfo,
+    archive_reaches,
     choose_backup,
     list_backups,
+    prepare_restore,
     take_backup,
     wait_archived,
 )
@@ -213,6 +216,7 @@ def test_pruning_keeps_what_the_newest_backup_needs_to_replay_the_whole_archive(
         assert [p for p, _ in list_backups(backups)] == [second]
         left = _segments(archive)  # WAL segments; the small .backup history files stay
         assert min(left) == start and not set(before) & set(left)  # only the first one's: gone
+        written = _server_now(url)
         with psycopg.connect(url, autocommit=True) as db:
             db.execute("CREATE TABLE written_after (x int)")
             wait_archived(db)
@@ -222,11 +226,16 @@ def test_pruning_keeps_what_the_newest_backup_needs_to_replay_the_whole_archive(
         assert main(["db", "restore", "--from", str(backups), "--target-time", early.isoformat(),
                      *into]) == 1  # fmt: skip
         assert not restored.data_dir.exists()  # refused before anything was copied
-        beyond = datetime.now(UTC) + timedelta(hours=1)  # later than anything archived
+        reached = archive_reaches(archive, BackupInfo.read(second))
+        assert reached is not None and written < reached < datetime.now(UTC)
+        beyond = reached + timedelta(microseconds=1)  # nothing archived ends after it
         assert main(["db", "restore", "--from", str(backups), "--target-time", beyond.isoformat(),
-                     *into]) == 0  # fmt: skip
-        # PostgreSQL stops rather than promote short of the target; the start says why (from
-        # pg_ctl or from the wait for the promotion, whichever sees it first).
+                     *into]) == 1  # fmt: skip
+        assert "nothing in it comes after" in capsys.readouterr().err
+        assert not restored.data_dir.exists()
+        # Laid out anyway, PostgreSQL stops rather than promote short of the target, and the
+        # start says why (from pg_ctl or from the wait for the promotion, whichever sees it).
+        prepare_restore(second, restored.data_dir, archive=archive, target=beyond)
         with pytest.raises(RuntimeError, match="recovery ended before configured recovery target"):
             restored.start()
         shutil.rmtree(restored.data_dir)
