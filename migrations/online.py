@@ -10,8 +10,12 @@ Migrations call:
 
 * :func:`create_index_concurrently` / :func:`drop_index_concurrently` for an index on a table
   that already holds rows (an index on a table the same migration creates needs neither);
-* :func:`backfill` to fill a new column or table from existing rows in batches, each batch its
-  own transaction, so no row lock is held for longer than one batch;
+* :func:`backfill` to fill a new column from existing rows in batches, each batch its own
+  transaction, so no row lock is held for longer than one batch; :func:`insert_batched` to
+  copy rows into a new table the same way;
+* :func:`lock_tables` to take, late and at once, the locks DDL needs on tables the application
+  writes, in the application's order; :func:`each_in_own_transaction` for DDL one statement
+  (one lock) per transaction;
 * :func:`serves` to say which code revisions the schema still serves (see 0016).
 
 An autocommit block commits the migration's statements before it, and what it runs commits as
