@@ -11,7 +11,8 @@ A request over its flow's share waits on a future until the dispatcher admits it
 queue wait limit; then, or at once when its queue is full, it is refused with 429 and
 ``Retry-After``. A flow held back by its rate limit (while another flow uses the server) has
 no release to wake it: a timer at the dispatcher's :meth:`~app.core.fairness.Dispatcher.next_tick`
-does. A watch or a log follow holds its seat only while its handler starts the
+does. A refusal the dispatcher marks ``paced`` (a full queue while over the rate) is answered
+only after its ``Retry-After``. A watch or a log follow holds its seat only while its handler starts the
 stream (:func:`as_user` returns the streaming response at once), which is how watches "count
 when they start".
 """
@@ -97,6 +98,7 @@ class FlowControl:
         self.dispatcher = core.Dispatcher(core.seat_limits(total_seats, 1), config)
         self._waiting: dict[core.Request, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self.pace: Callable[[float], Awaitable[None]] = asyncio.sleep  # tests replace it
 
     def set_servers(self, servers: int) -> None:
         if servers != self.servers:
@@ -114,6 +116,8 @@ class FlowControl:
             self._arm()
             await self._wait(req)
         if req.state != "admitted":
+            if req.paced:  # over its rate: answer when it may retry, not at once
+                await self.pace(RETRY_AFTER_S)
             raise TooManyRequests(
                 f"too many requests from {flow} at priority level {level} "
                 f"({'its queue is full' if req.reason == core.QUEUE_FULL else 'waited too long'});"

@@ -25,7 +25,10 @@ nothing at our scale:
   the level's seats): its next request waits in its queue even with seats free, so a flood of
   short requests, which seats alone do not slow, leaves capacity idle for the others. Tied to
   the seats, the rate follows the level's share and is split among the servers with them. A
-  flow alone on the server is not limited by rate: it may use all its level's seats.
+  flow alone on the server is not limited by rate: it may use all its level's seats. A request
+  refused for a full queue while its flow is over its rate is marked ``paced``: the shell
+  answers it only after the ``Retry-After`` it names, so a client that ignores it and sends
+  again at once (a closed loop) cannot spin on refusals that cost the server CPU each.
 
 The level's seat count is this server's part of the cluster's: see :func:`seat_limits`.
 """
@@ -109,6 +112,7 @@ class Request:
     seq: int
     state: str = "queued"  # queued, admitted, rejected, done
     reason: str = ""
+    paced: bool = False  # refused while over its flow's rate: answer it no sooner than asked
 
 
 @dataclass
@@ -176,6 +180,7 @@ class Dispatcher:
             return req
         if len(f.queue) >= self.config.queue_length or lv.queued >= self.config.max_queued:
             self._reject(lv, f, req, QUEUE_FULL)
+            req.paced = not self._within_rate(lv, f, req, now)
             return req
         f.queue.append(req)
         lv.queued += 1

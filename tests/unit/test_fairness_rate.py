@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from app.api.fairness import FlowControl, env_config, metric_lines
 from app.core import fairness as f
+from app.core.errors import TooManyRequests
 from app.store.tokens import User
 
 LEVEL = f.GLOBAL_DEFAULT
@@ -196,3 +197,36 @@ def test_by_default_the_bucket_holds_two_seconds_so_a_full_level_follows_a_reque
         d.release(r, 0.0)
     more = burst(d, "flooder", 4, 0.0)
     assert [r.state for r in more] == ["done"] * 3 + ["queued"]  # 8 seats: two seconds' worth
+
+
+def test_a_refusal_over_the_rate_is_paced_and_one_for_seats_alone_is_not() -> None:
+    d = dispatcher(queue_length=2)
+    burst(d, "calm", 1, 0.0)
+    reqs = burst(d, "flooder", 23, 0.0)  # the bucket's 20, two queued, then refused
+    assert [r.state for r in reqs[19:]] == ["done", "queued", "queued", "rejected"]
+    assert reqs[-1].paced and reqs[-1].reason == f.QUEUE_FULL
+    roomy = dispatcher(per_seat=10.0, queue_length=1)  # 200 seats/s: only the seats are full
+    burst(roomy, "calm", 1, 0.0)
+    held = [roomy.offer(LEVEL, "flooder", 1, 0.0) for _ in range(22)]
+    assert [r.state for r in held[19:]] == ["admitted", "queued", "rejected"]
+    assert not held[-1].paced
+
+
+async def test_the_shell_answers_a_paced_refusal_after_retry_after() -> None:
+    c = FlowControl(400, f.Config(rate_per_seat=1.0, queue_length=0, burst_s=1.0), None)
+    paced: list[float] = []
+
+    async def pace(seconds: float) -> None:
+        paced.append(seconds)
+
+    c.pace = pace
+    calm, flooder = User("calm", ()), User("flooder", ())
+    async with c.seat(calm, 1):
+        pass
+    for _ in range(41):  # the bucket's worth
+        async with c.seat(flooder, 1):
+            pass
+    with pytest.raises(TooManyRequests):
+        async with c.seat(flooder, 1):
+            pass
+    assert paced == [1]
