@@ -54,6 +54,7 @@ class Roles:
         with psycopg.connect(self.url, autocommit=True) as db:
             for name in reversed(self.made):
                 ident = sql.Identifier(name)
+                db.execute("DELETE FROM reporting.namespace_access WHERE role_name = %s", (name,))
                 db.execute(sql.SQL("DROP OWNED BY {}").format(ident))
                 db.execute(sql.SQL("DROP ROLE {}").format(ident))
 
