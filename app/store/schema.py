@@ -4,9 +4,10 @@
 The migrations still create and change the schema (they must replay history exactly); this
 module says what the result is. ``qm db check`` and the migration suite compare a database
 with it (``drift.py``), the store's SQL is checked against it, and a developer whose migration
-changes the schema renders the new declarations with ``python -m app.store.schema_render`` on
-a database at head and commits them with the migration. Functions, triggers, views, policies
-and index definitions, which SQLAlchemy does not model, are in ``schema_objects.py``.
+changes the schema renders the new declarations with ``python -m app.store.schema_render
+write URL`` on a database at head and commits them with the migration (ADR 0055). Functions,
+triggers, views, policies, grants, row security and index definitions, which SQLAlchemy does
+not model, are in ``schema_objects.py``.
 
 Defaults and generated expressions are written as PostgreSQL prints them back, so the
 comparison is exact.
@@ -34,35 +35,17 @@ metadata = MetaData()
 
 # -- rendered by app.store.schema_render from a database at head; do not edit below --
 
-admissionpolicies = kind_table(
-    metadata,
-    "admissionpolicies",
-)
+admissionpolicies = kind_table(metadata, "admissionpolicies")
 
-clusterrolebindings = kind_table(
-    metadata,
-    "clusterrolebindings",
-)
+clusterrolebindings = kind_table(metadata, "clusterrolebindings")
 
-clusterroles = kind_table(
-    metadata,
-    "clusterroles",
-)
+clusterroles = kind_table(metadata, "clusterroles")
 
-configmaps = kind_table(
-    metadata,
-    "configmaps",
-)
+configmaps = kind_table(metadata, "configmaps")
 
-cronjobs = kind_table(
-    metadata,
-    "cronjobs",
-)
+cronjobs = kind_table(metadata, "cronjobs")
 
-deployments = kind_table(
-    metadata,
-    "deployments",
-)
+deployments = kind_table(metadata, "deployments")
 
 endpointslices = kind_table(
     metadata,
@@ -85,10 +68,7 @@ events = kind_table(
     fillfactor=85,
 )
 
-jobs = kind_table(
-    metadata,
-    "jobs",
-)
+jobs = kind_table(metadata, "jobs")
 
 leases = kind_table(
     metadata,
@@ -169,10 +149,7 @@ nodes_allocated = Table(
     comment="Summed requests (cpu_milli, memory_bytes, gpu) and count (pods) of the pods holding room on each node: spec.nodeName set and phase neither Succeeded nor Failed. Kept by the triggers pods_allocation_* and nodes_allocation_insert; the scheduler locks a row to bind onto its node. Do not edit by hand; SELECT qm_recount_allocations() rebuilds it from pods.",
 )
 
-poddisruptionbudgets = kind_table(
-    metadata,
-    "poddisruptionbudgets",
-)
+poddisruptionbudgets = kind_table(metadata, "poddisruptionbudgets")
 
 pods = kind_table(
     metadata,
@@ -265,10 +242,7 @@ pods = kind_table(
     fillfactor=75,
 )
 
-priorityclasses = kind_table(
-    metadata,
-    "priorityclasses",
-)
+priorityclasses = kind_table(metadata, "priorityclasses")
 
 qm_api_servers = Table(
     "qm_api_servers",
@@ -513,25 +487,13 @@ qm_tokens = Table(
     Index("qm_tokens_username", "username"),
 )
 
-replicasets = kind_table(
-    metadata,
-    "replicasets",
-)
+replicasets = kind_table(metadata, "replicasets")
 
-resourcequotas = kind_table(
-    metadata,
-    "resourcequotas",
-)
+resourcequotas = kind_table(metadata, "resourcequotas")
 
-rolebindings = kind_table(
-    metadata,
-    "rolebindings",
-)
+rolebindings = kind_table(metadata, "rolebindings")
 
-roles = kind_table(
-    metadata,
-    "roles",
-)
+roles = kind_table(metadata, "roles")
 
 secrets = kind_table(
     metadata,
@@ -564,15 +526,9 @@ service_ips = Table(
     comment="Service virtual IPs: held by service_uid, or in quarantine since released_at",
 )
 
-serviceaccounts = kind_table(
-    metadata,
-    "serviceaccounts",
-)
+serviceaccounts = kind_table(metadata, "serviceaccounts")
 
-services = kind_table(
-    metadata,
-    "services",
-)
+services = kind_table(metadata, "services")
 
 reporting_namespace_access = Table(
     "namespace_access",

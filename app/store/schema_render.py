@@ -134,6 +134,8 @@ def _table(
         kw.append(f"comment={comment!r}")
     args = "".join(f"    {b},\n" for b in [*body, *kw])
     var = table if schema == "public" else f"{schema}_{table}"
+    if kind and not args:
+        return f"{var} = kind_table(metadata, {table!r})\n"
     if kind:
         return f"{var} = kind_table(\n    metadata,\n    {table!r},\n{args})\n"
     return f"{var} = Table(\n    {table!r},\n    metadata,\n{args})\n"
