@@ -90,5 +90,6 @@ bench: install
 	$(BIN)/python -m bench.controllers.endpointslice
 	$(BIN)/python -m bench.discovery.run
 	$(BIN)/python -m bench.fairness.run
+	$(BIN)/python -m bench.audit.run
 	$(BIN)/python -m bench.authz.run
 	$(BIN)/python -m bench.backup.run
