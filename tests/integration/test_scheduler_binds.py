@@ -590,11 +590,11 @@ async def test_a_deadlock_is_retried_once_then_reported_as_no_room(
     real = binder._bind_once
     failures = [2]
 
-    async def flaky(conn: Any, binds: list[Bind], when: str) -> BindResult:
+    async def flaky(conn: Any, binds: list[Bind], when: str, ctx: Any) -> BindResult:
         if failures[0]:
             failures[0] -= 1
             raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
-        return await real(conn, binds, when)
+        return await real(conn, binds, when, ctx)
 
     monkeypatch.setattr(binder, "_bind_once", flaky)
     bind = decide(pod, node)
