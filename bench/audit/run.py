@@ -68,6 +68,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pods", type=int, default=200, help="pod lifecycles measured")
     p.add_argument("--nodes", type=int, default=10_000, help="hollow nodes' leases")
     p.add_argument("--renewals", type=int, default=3, help="renewals of every lease")
+    p.add_argument("--no-sealer", dest="sealer", action="store_false",
+                   help="history on without the sealer running (splits out its cost)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -150,7 +152,7 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                     stop = threading.Event()
                     sealer = Sealer(stack.url)
                     thread = threading.Thread(target=sealer.run, args=(stop,), daemon=True)
-                    if on:
+                    if on and args.sealer:
                         thread.start()
                     t0, c0 = time.monotonic(), time.process_time()
                     s0 = server_cpu_s(postmaster)
@@ -161,7 +163,7 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                     client_us = (time.process_time() - c0) * 1e6 / sum(counts)
                     server_us = (server_cpu_s(postmaster) - s0) * 1e6 / sum(counts)
                     stop.set()
-                    if on:
+                    if on and args.sealer:
                         thread.join(timeout=10)
                     rate = sum(counts) / elapsed
                     rounds.append({"round": r, "history": on, "writes_per_s": round(rate, 1),
