@@ -198,3 +198,52 @@ def test_a_concurrent_build_that_gives_way_is_retried(pg_url, table, monkeypatch
     holder.close()
     assert _index_valid(pg_url, index) is True
     assert "waited longer than lock_timeout (200ms); retrying" in capsys.readouterr().out
+
+
+PARTLY = """
+from alembic import op
+from migrations import online
+
+revision = "p1"
+down_revision = None
+
+
+def upgrade():
+    op.execute("CREATE TABLE IF NOT EXISTS partly_first (id int)")
+    online.each_in_own_transaction(["CREATE TABLE IF NOT EXISTS partly_second (id int)"])
+    op.execute("LOCK TABLE partly_held IN ACCESS EXCLUSIVE MODE")
+
+
+def downgrade():
+    pass
+"""
+
+
+def test_a_migration_that_fails_after_committing_part_of_itself_is_not_retried(
+    pg_server_url, tmp_path
+):
+    url = create_database(pg_server_url, f"qm_partly_{secrets.token_hex(4)}")
+    scripts = tmp_path / "scripts"
+    (scripts / "versions").mkdir(parents=True)
+    (scripts / "env.py").write_text((REPO_ROOT / "migrations" / "env.py").read_text())
+    (scripts / "versions" / "p1_partly.py").write_text(PARTLY)
+    ini = tmp_path / "alembic.ini"
+    ini.write_text(f"[alembic]\nscript_location = {scripts}\nprepend_sys_path = {REPO_ROOT}\n")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE partly_held (id int)")
+    holder = psycopg.connect(url)
+    holder.execute("LOCK TABLE partly_held IN ACCESS EXCLUSIVE MODE")
+    try:
+        result = _alembic(url, "-c", str(ini), "upgrade", "head", QM_MIGRATION_LOCK_TIMEOUT="200ms")
+    finally:
+        holder.close()
+    assert result.returncode != 0
+    assert "migration p1 waited longer than lock_timeout (200ms) after committing" in result.stderr
+    assert "retrying" not in result.stdout
+    with psycopg.connect(url) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'partly%'")
+        }
+        assert tables == {"partly_first", "partly_second", "partly_held"}
+        assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (0,)
