@@ -8,6 +8,10 @@ migration must create the same schema however the kinds change later.
 
 Frozen: migrations already applied import it, so its output never changes. A kind that needs
 another shape gets a new function here (or its own DDL), never a change to this one.
+
+From migration 0014 on, a new kind's table (or any table an operator would audit) also gets
+the change history's triggers: append ``history_triggers(table, kind)`` to the DDL (it is not
+part of ``kind_table``, whose output earlier migrations depend on).
 """
 
 from __future__ import annotations
