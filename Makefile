@@ -93,3 +93,4 @@ bench: install
 	$(BIN)/python -m bench.audit.run
 	$(BIN)/python -m bench.authz.run
 	$(BIN)/python -m bench.backup.run
+	$(BIN)/python -m bench.pgbouncer.run
