@@ -34,6 +34,8 @@ import httpx
 
 from app.devstack.pgbouncer import EmbeddedPgBouncer, pooled_env
 from app.devstack.postgres import EmbeddedPostgres
+from app.store.secret_keys import ENV as SECRET_KEYS_ENV
+from app.store.secret_keys import ensure_keys_file
 from bench.common import ROOT, free_port, median, percentile, write_result
 
 API = "/apis/quaymaster.io/v1"
@@ -105,8 +107,10 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         direct = pg.start()
+        keys = base / "secret-keys.json"
+        ensure_keys_file(keys)
         env = {**os.environ, "DATABASE_URL": direct, "QM_STREAM_DATABASE_URL": direct,
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+               SECRET_KEYS_ENV: str(keys), "PYTHONUNBUFFERED": "1"}  # fmt: skip
         subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env,
                        check=True, capture_output=True)  # fmt: skip
         bouncer = EmbeddedPgBouncer(base / "pgbouncer", pg.port, pool_size=20)
