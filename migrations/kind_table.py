@@ -82,16 +82,24 @@ def history_triggers(
     its DDL. ``kind`` is the API kind ('' for an internal table), ``key`` the column that
     identifies a row across an update, ``rule`` the summarising rule (``none``, ``status``,
     ``lease``, ``heartbeat``, ``all``; see ``qm_history_churn``), ``dropped`` the columns the
-    history never copies (digests of credentials). ``ENABLE ALWAYS``, so that
+    history never copies (digests of credentials). A row trigger records single writes; three
+    statement triggers with transition tables record, set-based, the statements that set
+    ``qm.contexts`` (batches of many writers). ``ENABLE ALWAYS``, so that
     ``session_replication_role = replica`` does not silence them.
     """
     args = f"'{key}', '{kind}', '{rule}', '{{{','.join(dropped)}}}'"
     fn = f"EXECUTE FUNCTION qm_history_record({args})"
+    batch = f"EXECUTE FUNCTION qm_history_record_batch({args})"
+    names = ("", "_ins", "_upd", "_del", "_truncate")
     return f"""
 CREATE TRIGGER {table}_history AFTER INSERT OR UPDATE OR DELETE ON {table}
   FOR EACH ROW {fn};
+CREATE TRIGGER {table}_history_ins AFTER INSERT ON {table}
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT {batch};
+CREATE TRIGGER {table}_history_upd AFTER UPDATE ON {table}
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT {batch};
+CREATE TRIGGER {table}_history_del AFTER DELETE ON {table}
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT {batch};
 CREATE TRIGGER {table}_history_truncate BEFORE TRUNCATE ON {table}
   FOR EACH STATEMENT {fn};
-ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history;
-ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history_truncate;
-"""
+""" + "".join(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history{n};\n" for n in names)

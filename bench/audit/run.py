@@ -83,7 +83,7 @@ def history_triggers(db: psycopg.Connection[Any], on: bool) -> None:
     """Enable (ALWAYS) or disable every history trigger on the state tables."""
     found = db.execute(
         "SELECT t.tgrelid::regclass::text, t.tgname FROM pg_trigger t"
-        " WHERE t.tgname ~ '_history(_truncate)?$' AND NOT t.tgisinternal"
+        " WHERE t.tgname ~ '_history(_ins|_upd|_del|_truncate)?$' AND NOT t.tgisinternal"
     ).fetchall()
     with db.transaction():
         for table, trigger in found:

@@ -12,7 +12,10 @@ Create Date: 2026-12-02
   partitioned by month on ``at`` (plus a default partition that should stay empty).
   ``qm_history_partitions(ahead)`` creates the months ahead; the sealer calls it.
 * Row-level AFTER triggers on every state table (``<table>_history``, plus
-  ``<table>_history_truncate``) call ``qm_history_record``: one INSERT per row written. They read the writer's context from the transaction-local settings ``qm.context``
+  ``<table>_history_truncate``) call ``qm_history_record``: one INSERT per row written; a
+  statement that sets ``qm.contexts`` (a batch of many writers) is recorded set-based instead,
+  by statement-level triggers with transition tables (``<table>_history_ins|upd|del``,
+  ``qm_history_record_batch``). They read the writer's context from the transaction-local settings ``qm.context``
   (a JSON object) and ``qm.contexts`` (``"namespace/name"`` -> such an object, which wins).
   ``ENABLE ALWAYS``: ``session_replication_role = replica`` does not silence them.
 * High-churn writes (``summarise`` argument: a pod's or node's status-only write that changes
@@ -301,6 +304,11 @@ BEGIN
     USING v_ctx;
     RETURN NULL;
   END IF;
+  -- A statement carrying many writers' contexts is recorded by qm_history_record_batch, once
+  -- for all its rows: parsing the whole map again for every row would cost O(rows^2).
+  IF current_setting('qm.contexts', true) <> '' THEN
+    RETURN NULL;
+  END IF;
   IF TG_OP = 'INSERT' THEN
     v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
     v_after := v_new;
@@ -333,17 +341,10 @@ BEGIN
     ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1;
     RETURN NULL;
   END IF;
-  -- A batch's entry for this object wins over the statement's context. The settings are
-  -- looked at before they are parsed: most writes carry one, a DBA's none.
-  v_text := current_setting('qm.contexts', true);
+  -- The setting is looked at before it is parsed: most writes carry one, a DBA's none.
+  v_text := current_setting('qm.context', true);
   IF v_text <> '' THEN
-    v_ctx := public.qm_history_context('qm.contexts') -> (v_ns || '/' || v_name);
-  END IF;
-  IF v_ctx IS NULL THEN
-    v_text := current_setting('qm.context', true);
-    IF v_text <> '' THEN
-      v_ctx := public.qm_history_context('qm.context');
-    END IF;
+    v_ctx := public.qm_history_context('qm.context');
   END IF;
   INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
     db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
@@ -358,6 +359,121 @@ BEGIN
   RETURN NULL;
 END
 $$;
+
+-- Statement-level AFTER triggers with transition tables, for statements that set
+-- qm.contexts (batches of many writers: group commit, the scheduler's binds); same arguments.
+CREATE FUNCTION qm_history_record_batch() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+  v_key text := TG_ARGV[0];
+  v_kind text := nullif(TG_ARGV[1], '');
+  v_rule text := TG_ARGV[2];
+  v_dropped text[] := TG_ARGV[3]::text[];
+  v_ctx jsonb;
+  v_ctxs jsonb;
+  v_hour timestamptz := date_trunc('hour', statement_timestamp(), 'UTC');
+BEGIN
+  -- Only statements that carry many writers' contexts come this way (the row trigger took
+  -- the others): qm.contexts is parsed once for the whole statement.
+  IF coalesce(current_setting('qm.contexts', true), '') = '' THEN
+    RETURN NULL;
+  END IF;
+  v_ctx := public.qm_history_context('qm.context');
+  v_ctxs := public.qm_history_context('qm.contexts');
+  IF TG_OP = 'INSERT' THEN
+    WITH r AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             NULL::jsonb AS b, j AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.a ->> 'uid')::uuid,
+           'insert', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'UPDATE' THEN
+    WITH o AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), n AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), p AS (
+      SELECT o.j AS oj, n.j AS nj FROM o JOIN n ON (o.j -> v_key) = (n.j -> v_key)
+    ), e AS (
+      SELECT coalesce(p.nj ->> 'namespace', '') AS ns,
+             coalesce(p.nj ->> 'name', p.nj ->> v_key) AS nm, p.nj ->> 'uid' AS uid, x.b, x.a
+        FROM p CROSS JOIN LATERAL (
+          SELECT coalesce(jsonb_object_agg(f.k, f.ov), '{}') AS b,
+                 coalesce(jsonb_object_agg(f.k, f.nv), '{}') AS a
+            FROM (SELECT oe.key AS k, oe.value AS ov, ne.value AS nv
+                    FROM jsonb_each(p.oj) AS oe JOIN jsonb_each(p.nj) AS ne ON ne.key = oe.key
+                   WHERE oe.value IS DISTINCT FROM ne.value) AS f) AS x
+    ), d AS (
+      SELECT e.*, coalesce(public.qm_history_churn(v_rule, e.b, e.a), false) AS churn FROM e
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, d.uid::uuid,
+           'update', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'DELETE' THEN
+    WITH r AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             j AS b, NULL::jsonb AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.b ->> 'uid')::uuid,
+           'delete', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  END IF;
+  RETURN NULL;
+END
+$$;
+
 
 -- Append-only: no DELETE or TRUNCATE, and no UPDATE but the sealer setting seq and hash once.
 CREATE FUNCTION qm_history_guard() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -739,8 +855,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in TRACKED:
-        op.execute(f"DROP TRIGGER IF EXISTS {table}_history ON {table}")
-        op.execute(f"DROP TRIGGER IF EXISTS {table}_history_truncate ON {table}")
+        for suffix in ("", "_ins", "_upd", "_del", "_truncate"):
+            op.execute(f"DROP TRIGGER IF EXISTS {table}_history{suffix} ON {table}")
     op.execute("DROP TRIGGER IF EXISTS qm_audit_history_context ON qm_audit")
     op.execute(
         """
@@ -774,7 +890,7 @@ $$;
         "qm_history_drop_archived(text, text), qm_history_archive(timestamptz), "
         "qm_history_status(), qm_history_verify(), qm_history_seal(integer), qm_history_fold(), "
         "qm_history_partitions(integer), qm_history_partition(timestamptz), qm_history_guard(), "
-        "qm_history_record(), qm_history_churn(text, jsonb, jsonb), "
+        "qm_history_record(), qm_history_record_batch(), qm_history_churn(text, jsonb, jsonb), "
         "qm_history_image(text, jsonb, text[]), qm_history_groups(jsonb), "
         "qm_history_str(jsonb, text), qm_history_context(text)"
     )

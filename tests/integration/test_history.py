@@ -448,3 +448,43 @@ def test_the_api_server_exports_the_sealers_lag(api_server: Any) -> None:
     for metric in ("qm_history_unsealed_rows", "qm_history_seal_lag_seconds",
                    "qm_history_sealed_seq"):  # fmt: skip
         assert f"\n{metric} " in text
+
+
+def test_a_batch_of_many_writers_is_recorded_once_per_row_with_each_context(
+    db: psycopg.Connection[Any],
+) -> None:
+    ns, n = name(), 2000
+    db.execute(
+        "INSERT INTO pods (uid, namespace, name, spec, status) SELECT gen_random_uuid(), %s,"
+        " 'p' || i, '{}', '{\"phase\": \"Pending\"}' FROM generate_series(1, %s) AS i",
+        (ns, n),
+    )
+    contexts = {f"{ns}/p{i}": {"principal": "system:kube-scheduler", "request_id": f"c-{i}",
+                               "reason": f"scheduled onto node n{i % 7}"}
+                for i in range(1, n + 1)}  # fmt: skip
+    started = time.monotonic()
+    with db.transaction():
+        db.execute("SELECT set_config('qm.contexts', %s, true)", (json.dumps(contexts),))
+        # Binds (stored) and, in the same statement shape, status-only writes (counted).
+        db.execute(
+            "UPDATE pods SET spec = jsonb_build_object("
+            "  'nodeName', 'n' || mod(substr(name, 2)::int, 7)) WHERE namespace = %s",
+            (ns,),
+        )
+        db.execute(
+            "UPDATE pods SET status = status || '{\"probe\": 1}' WHERE namespace = %s", (ns,)
+        )
+    elapsed = time.monotonic() - started
+    binds = rows(db, "table_name = 'pods' AND namespace = %s AND op = 'update'", ns)
+    assert len(binds) == n
+    by_name = {r["name"]: r for r in binds}
+    assert by_name["p10"]["request_id"] == "c-10"
+    assert by_name["p10"]["reason"] == "scheduled onto node n3"
+    assert by_name["p10"]["after"]["node_name"] == "n3"
+    counted = db.execute(
+        "SELECT sum(count) FROM qm_history_tally WHERE table_name = 'pods' AND namespace = %s",
+        (ns,),
+    ).fetchone()
+    assert counted == (n,)
+    # One parse of the contexts per statement, not one per row.
+    assert elapsed < 20, elapsed
