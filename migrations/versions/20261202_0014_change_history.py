@@ -15,10 +15,11 @@ Create Date: 2026-12-02
   ``<table>_history_truncate``) call ``qm_history_record``: one INSERT per row written; a
   statement that sets ``qm.contexts`` (a batch of many writers) is recorded set-based instead,
   by statement-level triggers with transition tables (``<table>_history_ins|upd|del``,
-  ``qm_history_record_batch``). They read the writer's context from the transaction-local settings ``qm.context``
-  (a JSON object) and ``qm.contexts`` (``"namespace/name"`` -> such an object, which wins).
+  ``qm_history_record_batch``). They read the writer's context from the transaction-local
+  settings ``qm.context`` (a JSON object) and ``qm.contexts`` (``"namespace/name"`` -> such an
+  object, which wins).
   ``ENABLE ALWAYS``: ``session_replication_role = replica`` does not silence them.
-* High-churn writes (``summarise`` argument: a pod's or node's status-only write that changes
+* High-churn writes (the summarising rule argument: a pod's or node's status-only write that changes
   no promoted column, a lease renewal by the same holder, every write to events, an API
   server's heartbeat) are counted in ``qm_history_tally`` (one row per hour, table, namespace
   and backend, so connections never wait on each other) and folded into one ``op = 'summary'``
