@@ -38,6 +38,7 @@ from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
 from app.api.warning_headers import WarningHeaders
 from app.core import collector, errors
+from app.core.audit import system
 from app.core.kinds import BY_KIND
 from app.store.db import create_pool, database_url, stream_database_url
 from app.store.service_range import apply_range
@@ -102,7 +103,9 @@ async def _ensure_default_namespace(store: Store, cache: WatchCache) -> None:
     starts serving only once its cache shows it, so a first ``qm get namespaces`` lists it."""
     with contextlib.suppress(errors.AlreadyExists):
         stored = await store.create(
-            BY_KIND["Namespace"], {"metadata": {"name": "default"}, "status": {"phase": "Active"}}
+            BY_KIND["Namespace"],
+            {"metadata": {"name": "default"}, "status": {"phase": "Active"}},
+            system("system:apiserver", reason="clusters start with a default namespace"),
         )
         await cache.wait_for(stored.uid, stored.row_version)
 
