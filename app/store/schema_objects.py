@@ -325,6 +325,11 @@ BEGIN
     USING v_ctx;
     RETURN NULL;
   END IF;
+  -- A statement carrying many writers' contexts is recorded by qm_history_record_batch, once
+  -- for all its rows\: parsing the whole map again for every row would cost O(rows^2).
+  IF current_setting('qm.contexts', true) <> '' THEN
+    RETURN NULL;
+  END IF;
   IF TG_OP = 'INSERT' THEN
     v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
     v_after := v_new;
@@ -357,17 +362,10 @@ BEGIN
     ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1;
     RETURN NULL;
   END IF;
-  -- A batch's entry for this object wins over the statement's context. The settings are
-  -- looked at before they are parsed\: most writes carry one, a DBA's none.
-  v_text := current_setting('qm.contexts', true);
+  -- The setting is looked at before it is parsed\: most writes carry one, a DBA's none.
+  v_text := current_setting('qm.context', true);
   IF v_text <> '' THEN
-    v_ctx := public.qm_history_context('qm.contexts') -> (v_ns || '/' || v_name);
-  END IF;
-  IF v_ctx IS NULL THEN
-    v_text := current_setting('qm.context', true);
-    IF v_text <> '' THEN
-      v_ctx := public.qm_history_context('qm.context');
-    END IF;
+    v_ctx := public.qm_history_context('qm.context');
   END IF;
   INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
     db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
@@ -379,6 +377,119 @@ BEGIN
           public.qm_history_str(v_ctx, 'client'), public.qm_history_str(v_ctx, 'user_agent'),
           public.qm_history_str(v_ctx, 'reason'), public.qm_history_str(v_ctx, 'verb'),
           public.qm_history_str(v_ctx, 'subresource'));
+  RETURN NULL;
+END
+$function$""",
+    "qm_history_record_batch()": r"""returns trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+AS $function$
+DECLARE
+  v_key text := TG_ARGV[0];
+  v_kind text := nullif(TG_ARGV[1], '');
+  v_rule text := TG_ARGV[2];
+  v_dropped text[] := TG_ARGV[3]::text[];
+  v_ctx jsonb;
+  v_ctxs jsonb;
+  v_hour timestamptz := date_trunc('hour', statement_timestamp(), 'UTC');
+BEGIN
+  -- Only statements that carry many writers' contexts come this way (the row trigger took
+  -- the others)\: qm.contexts is parsed once for the whole statement.
+  IF coalesce(current_setting('qm.contexts', true), '') = '' THEN
+    RETURN NULL;
+  END IF;
+  v_ctx := public.qm_history_context('qm.context');
+  v_ctxs := public.qm_history_context('qm.contexts');
+  IF TG_OP = 'INSERT' THEN
+    WITH r AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             NULL::jsonb AS b, j AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.a ->> 'uid')::uuid,
+           'insert', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'UPDATE' THEN
+    WITH o AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), n AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(n), v_dropped) AS j FROM new_rows AS n
+    ), p AS (
+      SELECT o.j AS oj, n.j AS nj FROM o JOIN n ON (o.j -> v_key) = (n.j -> v_key)
+    ), e AS (
+      SELECT coalesce(p.nj ->> 'namespace', '') AS ns,
+             coalesce(p.nj ->> 'name', p.nj ->> v_key) AS nm, p.nj ->> 'uid' AS uid, x.b, x.a
+        FROM p CROSS JOIN LATERAL (
+          SELECT coalesce(jsonb_object_agg(f.k, f.ov), '{}') AS b,
+                 coalesce(jsonb_object_agg(f.k, f.nv), '{}') AS a
+            FROM (SELECT oe.key AS k, oe.value AS ov, ne.value AS nv
+                    FROM jsonb_each(p.oj) AS oe JOIN jsonb_each(p.nj) AS ne ON ne.key = oe.key
+                   WHERE oe.value IS DISTINCT FROM ne.value) AS f) AS x
+    ), d AS (
+      SELECT e.*, coalesce(public.qm_history_churn(v_rule, e.b, e.a), false) AS churn FROM e
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, d.uid::uuid,
+           'update', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  ELSIF TG_OP = 'DELETE' THEN
+    WITH r AS (
+      SELECT public.qm_history_image(TG_TABLE_NAME, to_jsonb(o), v_dropped) AS j FROM old_rows AS o
+    ), d AS (
+      SELECT coalesce(j ->> 'namespace', '') AS ns, coalesce(j ->> 'name', j ->> v_key) AS nm,
+             j AS b, NULL::jsonb AS a, v_rule = 'all' AS churn
+        FROM r
+    ), t AS (
+      INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
+      SELECT v_hour, TG_TABLE_NAME, ns, pg_backend_pid(), v_kind, count(*) FROM d WHERE churn
+       GROUP BY ns
+      ON CONFLICT (hour, table_name, namespace, backend)
+        DO UPDATE SET count = y.count + EXCLUDED.count
+    )
+    INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
+      db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
+      verb, subresource)
+    SELECT pg_current_xact_id(), TG_TABLE_NAME, v_kind, d.ns, d.nm, (d.b ->> 'uid')::uuid,
+           'delete', d.b, d.a, session_user, current_setting('application_name'),
+           public.qm_history_str(c, 'principal'), public.qm_history_groups(c),
+           public.qm_history_str(c, 'request_id'),
+           public.qm_history_str(c, 'client'), public.qm_history_str(c, 'user_agent'),
+           public.qm_history_str(c, 'reason'), public.qm_history_str(c, 'verb'),
+           public.qm_history_str(c, 'subresource')
+      FROM d CROSS JOIN LATERAL (SELECT coalesce(v_ctxs -> (d.ns || '/' || d.nm), v_ctx) AS c) AS x
+     WHERE NOT d.churn;
+  END IF;
   RETURN NULL;
 END
 $function$""",
@@ -1002,46 +1113,85 @@ $function$""",
 
 TRIGGERS: dict[str, str] = {
     "admissionpolicies_history on admissionpolicies": """AFTER INSERT OR DELETE OR UPDATE ON public.admissionpolicies FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_del on admissionpolicies": """AFTER DELETE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_ins on admissionpolicies": """AFTER INSERT ON public.admissionpolicies REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
     "admissionpolicies_history_truncate on admissionpolicies": """BEFORE TRUNCATE ON public.admissionpolicies FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_upd on admissionpolicies": """AFTER UPDATE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
     "admissionpolicies_stamp on admissionpolicies": """BEFORE INSERT OR UPDATE ON public.admissionpolicies FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "clusterrolebindings_history on clusterrolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterrolebindings FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_del on clusterrolebindings": """AFTER DELETE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_ins on clusterrolebindings": """AFTER INSERT ON public.clusterrolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
     "clusterrolebindings_history_truncate on clusterrolebindings": """BEFORE TRUNCATE ON public.clusterrolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_upd on clusterrolebindings": """AFTER UPDATE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
     "clusterrolebindings_stamp on clusterrolebindings": """BEFORE INSERT OR UPDATE ON public.clusterrolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "clusterroles_history on clusterroles": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterroles FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_del on clusterroles": """AFTER DELETE ON public.clusterroles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_ins on clusterroles": """AFTER INSERT ON public.clusterroles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
     "clusterroles_history_truncate on clusterroles": """BEFORE TRUNCATE ON public.clusterroles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_upd on clusterroles": """AFTER UPDATE ON public.clusterroles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
     "clusterroles_stamp on clusterroles": """BEFORE INSERT OR UPDATE ON public.clusterroles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "configmaps_history on configmaps": """AFTER INSERT OR DELETE OR UPDATE ON public.configmaps FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_del on configmaps": """AFTER DELETE ON public.configmaps REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_ins on configmaps": """AFTER INSERT ON public.configmaps REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
     "configmaps_history_truncate on configmaps": """BEFORE TRUNCATE ON public.configmaps FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_upd on configmaps": """AFTER UPDATE ON public.configmaps REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
     "configmaps_stamp on configmaps": """BEFORE INSERT OR UPDATE ON public.configmaps FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "cronjobs_history on cronjobs": """AFTER INSERT OR DELETE OR UPDATE ON public.cronjobs FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_del on cronjobs": """AFTER DELETE ON public.cronjobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_ins on cronjobs": """AFTER INSERT ON public.cronjobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
     "cronjobs_history_truncate on cronjobs": """BEFORE TRUNCATE ON public.cronjobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_upd on cronjobs": """AFTER UPDATE ON public.cronjobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
     "cronjobs_stamp on cronjobs": """BEFORE INSERT OR UPDATE ON public.cronjobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "deployments_history on deployments": """AFTER INSERT OR DELETE OR UPDATE ON public.deployments FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_del on deployments": """AFTER DELETE ON public.deployments REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_ins on deployments": """AFTER INSERT ON public.deployments REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
     "deployments_history_truncate on deployments": """BEFORE TRUNCATE ON public.deployments FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_upd on deployments": """AFTER UPDATE ON public.deployments REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
     "deployments_stamp on deployments": """BEFORE INSERT OR UPDATE ON public.deployments FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "endpointslices_history on endpointslices": """AFTER INSERT OR DELETE OR UPDATE ON public.endpointslices FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_del on endpointslices": """AFTER DELETE ON public.endpointslices REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_ins on endpointslices": """AFTER INSERT ON public.endpointslices REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
     "endpointslices_history_truncate on endpointslices": """BEFORE TRUNCATE ON public.endpointslices FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_upd on endpointslices": """AFTER UPDATE ON public.endpointslices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
     "endpointslices_stamp on endpointslices": """BEFORE INSERT OR UPDATE ON public.endpointslices FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "events_history on events": """AFTER INSERT OR DELETE OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_del on events": """AFTER DELETE ON public.events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
+    "events_history_ins on events": """AFTER INSERT ON public.events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
     "events_history_truncate on events": """BEFORE TRUNCATE ON public.events FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_upd on events": """AFTER UPDATE ON public.events REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
     "events_stamp on events": """BEFORE INSERT OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "jobs_history on jobs": """AFTER INSERT OR DELETE OR UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_del on jobs": """AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
+    "jobs_history_ins on jobs": """AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
     "jobs_history_truncate on jobs": """BEFORE TRUNCATE ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_upd on jobs": """AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
     "jobs_stamp on jobs": """BEFORE INSERT OR UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "leases_history on leases": """AFTER INSERT OR DELETE OR UPDATE ON public.leases FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_del on leases": """AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_ins on leases": """AFTER INSERT ON public.leases REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
     "leases_history_truncate on leases": """BEFORE TRUNCATE ON public.leases FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_upd on leases": """AFTER UPDATE ON public.leases REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
     "leases_stamp on leases": """BEFORE INSERT OR UPDATE ON public.leases FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "namespaces_history on namespaces": """AFTER INSERT OR DELETE OR UPDATE ON public.namespaces FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_del on namespaces": """AFTER DELETE ON public.namespaces REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_ins on namespaces": """AFTER INSERT ON public.namespaces REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
     "namespaces_history_truncate on namespaces": """BEFORE TRUNCATE ON public.namespaces FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_upd on namespaces": """AFTER UPDATE ON public.namespaces REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
     "namespaces_stamp on namespaces": """BEFORE INSERT OR UPDATE ON public.namespaces FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "nodes_allocation_insert on nodes": """AFTER INSERT ON public.nodes FOR EACH ROW WHEN ((new.namespace = ''::text)) EXECUTE FUNCTION qm_nodes_allocation()""",
     "nodes_history on nodes": """AFTER INSERT OR DELETE OR UPDATE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_del on nodes": """AFTER DELETE ON public.nodes REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
+    "nodes_history_ins on nodes": """AFTER INSERT ON public.nodes REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
     "nodes_history_truncate on nodes": """BEFORE TRUNCATE ON public.nodes FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_upd on nodes": """AFTER UPDATE ON public.nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
     "nodes_revoke_credentials on nodes": """AFTER DELETE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_revoke_credentials_on_deletion on nodes": """AFTER UPDATE OF deletion_timestamp ON public.nodes FOR EACH ROW WHEN (((old.deletion_timestamp IS NULL) AND (new.deletion_timestamp IS NOT NULL))) EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_stamp on nodes": """BEFORE INSERT OR UPDATE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "poddisruptionbudgets_history on poddisruptionbudgets": """AFTER INSERT OR DELETE OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_del on poddisruptionbudgets": """AFTER DELETE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_ins on poddisruptionbudgets": """AFTER INSERT ON public.poddisruptionbudgets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
     "poddisruptionbudgets_history_truncate on poddisruptionbudgets": """BEFORE TRUNCATE ON public.poddisruptionbudgets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_upd on poddisruptionbudgets": """AFTER UPDATE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
     "poddisruptionbudgets_stamp on poddisruptionbudgets": """BEFORE INSERT OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "pods_allocation_delete on pods": """AFTER DELETE ON public.pods FOR EACH ROW WHEN (((old.node_name IS NOT NULL) AND (COALESCE(old.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_allocation_insert on pods": """AFTER INSERT ON public.pods FOR EACH ROW WHEN (((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
@@ -1049,53 +1199,101 @@ TRIGGERS: dict[str, str] = {
     "pods_derived_insert on pods": """BEFORE INSERT ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_pod_derived()""",
     "pods_derived_update on pods": """BEFORE UPDATE OF spec ON public.pods FOR EACH ROW WHEN ((((old.spec -> 'containers'::text) IS DISTINCT FROM (new.spec -> 'containers'::text)) OR ((old.spec -> 'initContainers'::text) IS DISTINCT FROM (new.spec -> 'initContainers'::text)) OR ((old.spec -> 'priorityClassName'::text) IS DISTINCT FROM (new.spec -> 'priorityClassName'::text)) OR ((old.spec -> 'activeDeadlineSeconds'::text) IS DISTINCT FROM (new.spec -> 'activeDeadlineSeconds'::text)) OR ((old.spec -> 'affinity'::text) IS DISTINCT FROM (new.spec -> 'affinity'::text)) OR (((old.spec ->> 'nodeName'::text) IS NULL) AND ((new.spec ->> 'nodeName'::text) IS NOT NULL)))) EXECUTE FUNCTION qm_pod_derived()""",
     "pods_history on pods": """AFTER INSERT OR DELETE OR UPDATE ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_del on pods": """AFTER DELETE ON public.pods REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
+    "pods_history_ins on pods": """AFTER INSERT ON public.pods REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
     "pods_history_truncate on pods": """BEFORE TRUNCATE ON public.pods FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_upd on pods": """AFTER UPDATE ON public.pods REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
     "pods_stamp on pods": """BEFORE INSERT OR UPDATE ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "priorityclasses_history on priorityclasses": """AFTER INSERT OR DELETE OR UPDATE ON public.priorityclasses FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_del on priorityclasses": """AFTER DELETE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_ins on priorityclasses": """AFTER INSERT ON public.priorityclasses REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
     "priorityclasses_history_truncate on priorityclasses": """BEFORE TRUNCATE ON public.priorityclasses FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_upd on priorityclasses": """AFTER UPDATE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
     "priorityclasses_stamp on priorityclasses": """BEFORE INSERT OR UPDATE ON public.priorityclasses FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "qm_api_servers_history on qm_api_servers": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_api_servers FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_del on qm_api_servers": """AFTER DELETE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_ins on qm_api_servers": """AFTER INSERT ON public.qm_api_servers REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
     "qm_api_servers_history_truncate on qm_api_servers": """BEFORE TRUNCATE ON public.qm_api_servers FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_upd on qm_api_servers": """AFTER UPDATE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
     "qm_audit_append_only on qm_audit": """BEFORE DELETE OR UPDATE ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_refuse_change()""",
     "qm_audit_history_context on qm_audit": """BEFORE INSERT ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_history_legacy_context()""",
     "qm_audit_no_truncate on qm_audit": """BEFORE TRUNCATE ON public.qm_audit FOR EACH STATEMENT EXECUTE FUNCTION qm_refuse_change()""",
     "qm_bootstrap_tokens_history on qm_bootstrap_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_bootstrap_tokens FOR EACH ROW EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_del on qm_bootstrap_tokens": """AFTER DELETE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_ins on qm_bootstrap_tokens": """AFTER INSERT ON public.qm_bootstrap_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
     "qm_bootstrap_tokens_history_truncate on qm_bootstrap_tokens": """BEFORE TRUNCATE ON public.qm_bootstrap_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_upd on qm_bootstrap_tokens": """AFTER UPDATE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
     "qm_history_append_only on qm_history": """BEFORE DELETE OR UPDATE ON public.qm_history FOR EACH ROW EXECUTE FUNCTION qm_history_guard()""",
     "qm_history_no_truncate on qm_history": """BEFORE TRUNCATE ON public.qm_history FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard()""",
     "qm_node_credentials_history on qm_node_credentials": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_node_credentials FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_del on qm_node_credentials": """AFTER DELETE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_ins on qm_node_credentials": """AFTER INSERT ON public.qm_node_credentials REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
     "qm_node_credentials_history_truncate on qm_node_credentials": """BEFORE TRUNCATE ON public.qm_node_credentials FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_upd on qm_node_credentials": """AFTER UPDATE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
     "qm_tokens_history on qm_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_del on qm_tokens": """AFTER DELETE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_ins on qm_tokens": """AFTER INSERT ON public.qm_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
     "qm_tokens_history_truncate on qm_tokens": """BEFORE TRUNCATE ON public.qm_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_upd on qm_tokens": """AFTER UPDATE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
     "qm_tokens_object on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_token_object()""",
     "qm_tokens_stamp on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "replicasets_history on replicasets": """AFTER INSERT OR DELETE OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_del on replicasets": """AFTER DELETE ON public.replicasets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_ins on replicasets": """AFTER INSERT ON public.replicasets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_history_truncate on replicasets": """BEFORE TRUNCATE ON public.replicasets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_upd on replicasets": """AFTER UPDATE ON public.replicasets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_stamp on replicasets": """BEFORE INSERT OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "reporting.namespace_access_history on reporting.namespace_access": """AFTER INSERT OR DELETE OR UPDATE ON reporting.namespace_access FOR EACH ROW EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_del on reporting.namespace_access": """AFTER DELETE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_ins on reporting.namespace_access": """AFTER INSERT ON reporting.namespace_access REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
     "reporting.namespace_access_history_truncate on reporting.namespace_access": """BEFORE TRUNCATE ON reporting.namespace_access FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_upd on reporting.namespace_access": """AFTER UPDATE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
     "resourcequotas_history on resourcequotas": """AFTER INSERT OR DELETE OR UPDATE ON public.resourcequotas FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_del on resourcequotas": """AFTER DELETE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_ins on resourcequotas": """AFTER INSERT ON public.resourcequotas REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_history_truncate on resourcequotas": """BEFORE TRUNCATE ON public.resourcequotas FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_upd on resourcequotas": """AFTER UPDATE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_stamp on resourcequotas": """BEFORE INSERT OR UPDATE ON public.resourcequotas FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "rolebindings_history on rolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.rolebindings FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_del on rolebindings": """AFTER DELETE ON public.rolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_ins on rolebindings": """AFTER INSERT ON public.rolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
     "rolebindings_history_truncate on rolebindings": """BEFORE TRUNCATE ON public.rolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_upd on rolebindings": """AFTER UPDATE ON public.rolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
     "rolebindings_stamp on rolebindings": """BEFORE INSERT OR UPDATE ON public.rolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "roles_history on roles": """AFTER INSERT OR DELETE OR UPDATE ON public.roles FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_del on roles": """AFTER DELETE ON public.roles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
+    "roles_history_ins on roles": """AFTER INSERT ON public.roles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
     "roles_history_truncate on roles": """BEFORE TRUNCATE ON public.roles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_upd on roles": """AFTER UPDATE ON public.roles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
     "roles_stamp on roles": """BEFORE INSERT OR UPDATE ON public.roles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "secrets_history on secrets": """AFTER INSERT OR DELETE OR UPDATE ON public.secrets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_del on secrets": """AFTER DELETE ON public.secrets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_ins on secrets": """AFTER INSERT ON public.secrets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
     "secrets_history_truncate on secrets": """BEFORE TRUNCATE ON public.secrets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_upd on secrets": """AFTER UPDATE ON public.secrets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
     "secrets_stamp on secrets": """BEFORE INSERT OR UPDATE ON public.secrets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "service_ip_range_history on service_ip_range": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ip_range FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_del on service_ip_range": """AFTER DELETE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
+    "service_ip_range_history_ins on service_ip_range": """AFTER INSERT ON public.service_ip_range REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
     "service_ip_range_history_truncate on service_ip_range": """BEFORE TRUNCATE ON public.service_ip_range FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_upd on service_ip_range": """AFTER UPDATE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
     "service_ips_history on service_ips": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ips FOR EACH ROW EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_del on service_ips": """AFTER DELETE ON public.service_ips REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
+    "service_ips_history_ins on service_ips": """AFTER INSERT ON public.service_ips REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
     "service_ips_history_truncate on service_ips": """BEFORE TRUNCATE ON public.service_ips FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_upd on service_ips": """AFTER UPDATE ON public.service_ips REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
     "serviceaccounts_history on serviceaccounts": """AFTER INSERT OR DELETE OR UPDATE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_del on serviceaccounts": """AFTER DELETE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_ins on serviceaccounts": """AFTER INSERT ON public.serviceaccounts REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
     "serviceaccounts_history_truncate on serviceaccounts": """BEFORE TRUNCATE ON public.serviceaccounts FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_upd on serviceaccounts": """AFTER UPDATE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
     "serviceaccounts_revoke on serviceaccounts": """BEFORE DELETE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_revoke_service_account_tokens()""",
     "serviceaccounts_stamp on serviceaccounts": """BEFORE INSERT OR UPDATE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "services_history on services": """AFTER INSERT OR DELETE OR UPDATE ON public.services FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_del on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
+    "services_history_ins on services": """AFTER INSERT ON public.services REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
     "services_history_truncate on services": """BEFORE TRUNCATE ON public.services FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_upd on services": """AFTER UPDATE ON public.services REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
     "services_ip_insert on services": """BEFORE INSERT ON public.services FOR EACH ROW EXECUTE FUNCTION qm_service_ips_assign()""",
     "services_ip_release on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION qm_service_ips_release()""",
     "services_ip_update on services": """BEFORE UPDATE OF spec ON public.services FOR EACH ROW WHEN ((((old.spec -> 'clusterIP'::text) IS DISTINCT FROM (new.spec -> 'clusterIP'::text)) OR ((old.spec -> 'clusterIPs'::text) IS DISTINCT FROM (new.spec -> 'clusterIPs'::text)) OR ((old.spec -> 'type'::text) IS DISTINCT FROM (new.spec -> 'type'::text)))) EXECUTE FUNCTION qm_service_ips_assign()""",
