@@ -91,6 +91,7 @@ UPDATE pods p SET status = jsonb_set(
          'lastTransitionTime', $3::text)))
 FROM unnest($1::uuid[], $2::text[]) AS d(uid, node)
 WHERE p.uid = d.uid AND p.node_name = d.node AND p.deletion_timestamp IS NULL
+  AND {sql.with_context("$4")}
 """
 
 
@@ -256,6 +257,9 @@ class NodeLifecycle:
                 [a.uid for a in unready],
                 [a.node for a in unready],
                 format_time(wall.timestamp()),
+                write_context(NAME, "the node stopped renewing its lease")
+                .defaults(verb="update", subresource="status")
+                .text(),
             )
         evict: dict[str, list[Evict]] = {}
         for a in plan.evict:
