@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from app.api.request_context import facts_of, write_context
+from app.cli.client import ApiClient
+from app.cli.main import build_parser
+from app.client import build
 from app.core import errors
 from app.core.audit import (
     MAX_REASON,
@@ -114,3 +118,28 @@ def test_a_bad_reason_is_refused_before_anything_runs() -> None:
 def test_outside_a_request_the_context_names_the_user_only() -> None:
     ctx = write_context(User("bob", ("system:authenticated",)), verb="patch")
     assert ctx == WriteContext(principal="bob", groups=("system:authenticated",), verb="patch")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["drain", "n1", "--reason", "kernel upgrade"],
+        ["rollout", "undo", "deployment/web", "--reason", "kernel upgrade"],
+        ["--reason", "kernel upgrade", "delete", "cm", "x"],
+    ],
+)
+def test_reason_is_a_flag_of_every_command(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).reason == "kernel upgrade"
+
+
+def test_the_cli_sends_the_reason_with_every_request() -> None:
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("X-Reason"))
+        return httpx.Response(200, json={"gitVersion": "v1"})
+
+    client = ApiClient("http://api", "t", reason="CHG-1", transport=httpx.MockTransport(answer))
+    client.send(build.version())
+    client.clone().send(build.version())
+    assert seen == ["CHG-1", "CHG-1"]
