@@ -158,7 +158,8 @@ def test_a_controllers_writes_name_it_its_task_and_what_the_step_does(
     while time.monotonic() < deadline and len(rows) < 2:
         rows = db.execute(
             "SELECT principal, request_id, reason, verb FROM qm_history"
-            " WHERE table_name = 'pods' AND namespace = %s AND op = 'insert'",
+            " WHERE table_name = 'pods' AND namespace = %s AND name LIKE 'web-%%'"
+            " AND op = 'insert'",
             (ns,),
         ).fetchall()
         time.sleep(0.2)
