@@ -125,6 +125,8 @@ CREATE TABLE qm_history (
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE qm_history_id_seq OWNED BY qm_history.id;
 CREATE TABLE qm_history_default PARTITION OF qm_history DEFAULT;
+ALTER TABLE qm_history_default ALTER COLUMN before SET STATISTICS 0,
+  ALTER COLUMN after SET STATISTICS 0;
 CREATE INDEX qm_history_object ON qm_history (table_name, namespace, name, at);
 CREATE INDEX qm_history_principal ON qm_history (principal, at) WHERE principal IS NOT NULL;
 CREATE INDEX qm_history_at ON qm_history USING brin (at);
@@ -517,6 +519,10 @@ BEGIN
   EXECUTE format('ALTER TABLE qm_history ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
                  part, lo, hi);
   EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part, part || '_range');
+  -- No planner statistics for the row images: nothing filters on them by value, and
+  -- autoanalyze of a fast-growing month would spend its time on them.
+  EXECUTE format('ALTER TABLE %I ALTER COLUMN before SET STATISTICS 0, '
+                 'ALTER COLUMN after SET STATISTICS 0', part);
   EXECUTE format('REVOKE ALL ON %I FROM PUBLIC', part);
   IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'qm_app') THEN
     EXECUTE format('REVOKE ALL ON %I FROM qm_app', part);
