@@ -4,15 +4,16 @@ process, the per-key lock, and the pending markers that deduplicate enqueued key
 * **At most one reconcile per key at a time.** A reconcile holds a PostgreSQL advisory lock on
   its key for its whole read-decide-write; a second worker that picks up the same key finds it
   taken and retries shortly, so it runs after the first with fresh state.
-* **A crash never overshoots.** While a reconcile creates children, every connection it uses
-  holds the key's *apply lock* (a shared advisory lock) from acquire to release. A worker
-  killed mid-create leaves its statement running in the database, holding that lock, until it
-  commits or rolls back; the next reconcile of the key takes the apply lock exclusively once
-  (``locked``) before it reads, so it counts what the dead one made.
-* **Through PgBouncer** (``QM_PGBOUNCER``, transaction pooling, ADR 0057) no session state
-  survives a statement, so the key lock is a transaction-level lock held by an open
-  transaction for the block, and the creates, which hold the apply lock from acquire to
-  release, run on a small pool of direct connections (``QM_STREAM_DATABASE_URL``).
+* **A crash never overshoots.** While a reconcile creates children, every statement it runs
+  for them is a transaction that first takes the key's *apply lock* (a shared advisory lock,
+  transaction-level; ``creating_store``). A worker killed mid-create leaves its statement
+  running in the database, holding that lock, until it commits or rolls back; the next
+  reconcile of the key takes the apply lock exclusively once (``locked``) before it reads, so
+  it counts what the dead one made.
+* **Through PgBouncer** (transaction pooling, ADR 0057) no session state survives a
+  transaction, so both locks are transactions': the key lock is held by a transaction left
+  open for the block (PgBouncer keeps its server connection), the apply lock by each create's
+  own. The same code runs on a direct connection.
 * **A burst of changes is one reconcile.** Enqueuing a key first sets a Redis marker
   (``SET NX``); while the marker exists, further changes to the key enqueue nothing. The
   reconcile clears the marker *before* it reads state, so a change made while it runs
@@ -26,13 +27,13 @@ import contextlib
 import contextvars
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import asyncpg
 import redis
 
 from app.core.errors import TemporaryError
-from app.store.db import behind_pgbouncer, create_pool, database_url, stream_database_url
+from app.store.db import create_pool, database_url
 from app.store.store import Store
 
 T = TypeVar("T")
@@ -65,8 +66,9 @@ _APPLY_LOCK = "hashtextextended($1, 8)"
 
 @contextlib.contextmanager
 def creating() -> Iterator[None]:
-    """Connections acquired in the block hold the locked key's apply lock (see the module);
-    outside a ``Runtime.locked`` block this does nothing."""
+    """The block creates the locked key's children: ``creating_store`` gives the store whose
+    statements hold the key's apply lock (see the module); outside a ``Runtime.locked`` block
+    this does nothing."""
     token = _CREATING.set(_LOCKED.get())
     try:
         yield
@@ -75,23 +77,44 @@ def creating() -> Iterator[None]:
 
 
 async def creating_store(store: Store) -> Store:
-    """``store`` for a reconcile's creates (in a ``creating`` block): itself, or behind
-    PgBouncer one on the runtime's direct sessions (see the module)."""
-    if not behind_pgbouncer():
-        return store
-    return Store(await runtime().creating_pool(), store.rng)
-
-
-async def _hold_apply_lock(conn: Any) -> None:
+    """``store`` for the creates of a ``creating`` block: every use of its pool is a
+    transaction holding the key's apply lock (itself outside such a block)."""
     key = _CREATING.get()
-    if key is not None:
-        await conn.execute(f"SELECT pg_advisory_lock_shared({_APPLY_LOCK})", key)
+    if key is None:
+        return store
+    return Store(cast(asyncpg.Pool, ApplyLocked(store.pool, key)), store.rng)
 
 
-async def _release_apply_lock(conn: Any) -> None:
-    key = _CREATING.get()  # released in the task that acquired it, so the same context
-    if key is not None:
-        await conn.execute(f"SELECT pg_advisory_unlock_shared({_APPLY_LOCK})", key)
+class ApplyLocked:
+    """The pool as a reconcile's creates see it: each acquire is a transaction that first
+    takes the key's apply lock, shared and transaction-level, so it is held exactly while the
+    statements run and until they commit or roll back, also through PgBouncer."""
+
+    def __init__(self, pool: asyncpg.Pool, key: str) -> None:
+        self._pool = pool
+        self._key = key
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Any]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"SELECT pg_advisory_xact_lock_shared({_APPLY_LOCK})", self._key)
+            yield conn
+
+    async def fetch(self, query: str, *args: Any, **kw: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetch(query, *args, **kw)
+
+    async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchrow(query, *args, **kw)
+
+    async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchval(query, *args, **kw)
+
+    async def execute(self, query: str, *args: Any, **kw: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.execute(query, *args, **kw)
 
 
 class Runtime:
@@ -100,7 +123,6 @@ class Runtime:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._pool: asyncpg.Pool | None = None
-        self._direct: asyncpg.Pool | None = None
         self._redis: redis.Redis | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -110,32 +132,10 @@ class Runtime:
         if self._pool is None:
             # Reconciles leave no session state behind (the key lock is released by ``locked``
             # itself), so connections skip the reset query: a round trip saved per use.
-            pooled = behind_pgbouncer()  # then the apply lock lives on ``creating_pool``
             self._pool = await create_pool(
-                database_url(),
-                min_size=1,
-                max_size=4,
-                reset_sessions=False,
-                setup=None if pooled else _hold_apply_lock,
-                reset=None if pooled else _release_apply_lock,
+                database_url(), min_size=1, max_size=4, reset_sessions=False
             )
         return self._pool
-
-    async def creating_pool(self) -> asyncpg.Pool:
-        """Where creates run: the main pool, or behind PgBouncer direct sessions that can
-        hold the apply lock from acquire to release (see the module)."""
-        if not behind_pgbouncer():
-            return await self.pool()
-        if self._direct is None:
-            self._direct = await create_pool(
-                stream_database_url(),
-                min_size=0,
-                max_size=3,  # a Job's parallel create streams (``job.CREATE_STREAMS``)
-                reset_sessions=False,
-                setup=_hold_apply_lock,
-                reset=_release_apply_lock,
-            )
-        return self._direct
 
     async def store(self) -> Store:
         return Store(await self.pool())
@@ -156,9 +156,8 @@ class Runtime:
             if not held:
                 raise Busy(key)
             pool = await self.pool()
-            await pool.execute(
-                f"SELECT pg_advisory_lock({_APPLY_LOCK}), pg_advisory_unlock({_APPLY_LOCK})", key
-            )
+            # Taken and released by one statement: it waits for the creates still holding it.
+            await pool.execute(f"SELECT pg_advisory_xact_lock({_APPLY_LOCK})", key)
             token = _LOCKED.set(key)
             try:
                 yield
