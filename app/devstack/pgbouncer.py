@@ -79,9 +79,7 @@ def pooled_env(direct_url: str, bouncer: EmbeddedPgBouncer) -> dict[str, str]:
     }
 
 
-def config_text(
-    port: int, server_port: int, base_dir: Path, users: tuple[str, ...], pool_size: int
-) -> str:
+def config_text(port: int, server_port: int, base_dir: Path, pool_size: int) -> str:
     """The ``pgbouncer.ini`` of one dev PgBouncer (see the module)."""
     lines = [
         "[databases]",
@@ -173,9 +171,8 @@ class EmbeddedPgBouncer:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._port = self._requested_port or sticky_port(self.base_dir / "port")
         config = self.base_dir / "pgbouncer.ini"
-        self._write(config, config_text(
-            self._port, self.server_port, self.base_dir, self.users, self.pool_size
-        ), account)  # fmt: skip
+        text = config_text(self._port, self.server_port, self.base_dir, self.pool_size)
+        self._write(config, text, account)
         self._write(self.base_dir / "userlist.txt", userlist_text(self.users), account)
         self._write(self.log_path, "", account, append=True)
         if account is not None:
