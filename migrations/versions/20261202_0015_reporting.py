@@ -443,6 +443,8 @@ SELECT n.name AS node, n.zone, n.machine_class, n.ready, n.unschedulable,
     },
 )
 
+# Lookups of one object's history name its table, namespace and name (the history's
+# qm_history_object index) as well as its uid, which no index covers.
 # A history row of a change to the row, with the writer's identity (shared by several views).
 WHO = {
     "principal": "The application principal that made the change (NULL: no application "
@@ -473,7 +475,8 @@ SELECT d.namespace, d.name AS deployment, d.uid AS deployment_uid,
    AND rs.owner_references @> jsonb_build_array(jsonb_build_object('uid', d.uid::text))
   LEFT JOIN LATERAL (
     SELECT x.at, x.principal, x.reason, x.request_id, x.db_role FROM qm_history AS x
-     WHERE x.table_name = 'deployments' AND x.uid = d.uid AND x.at <= rs.creation_timestamp
+     WHERE x.table_name = 'deployments' AND x.namespace = d.namespace AND x.name = d.name
+       AND x.uid = d.uid AND x.at <= rs.creation_timestamp
        AND (x.op = 'insert' OR (x.op = 'update' AND x.after ? 'spec'
             AND x.after->'spec'->'template' IS DISTINCT FROM x.before->'spec'->'template'))
      ORDER BY x.at DESC, x.id DESC LIMIT 1) AS h ON true
@@ -554,8 +557,9 @@ SELECT h.name AS node, h.uid AS node_uid, h.at AS failed_at,
   FROM qm_history AS h
   LEFT JOIN LATERAL (
     SELECT x.at FROM qm_history AS x
-     WHERE x.table_name = 'nodes' AND x.uid = h.uid AND x.op = 'update' AND x.at >= h.at
-       AND x.id <> h.id AND x.after ? 'status'
+     WHERE x.table_name = 'nodes' AND x.namespace = '' AND x.name = h.name AND x.uid = h.uid
+       AND x.op = 'update' AND x.at >= h.at AND (x.at > h.at OR x.id > h.id)
+       AND x.after ? 'status'
        AND qm_condition_true(x.after->'status', 'Ready')
      ORDER BY x.at, x.id LIMIT 1) AS r ON true
  WHERE h.table_name = 'nodes' AND h.op = 'update' AND h.after ? 'status'
@@ -612,7 +616,8 @@ SELECT c.namespace, c.name AS pod, c.uid AS pod_uid, w.at AS evicted_at, c.node,
   FROM candidates AS c
   LEFT JOIN LATERAL (
     SELECT x.at, x.principal, x.reason, x.request_id, x.db_role FROM qm_history AS x
-     WHERE x.table_name = 'pods' AND x.uid = c.uid
+     WHERE x.table_name = 'pods' AND x.namespace = c.namespace AND x.name = c.name
+       AND x.uid = c.uid
        AND (x.op = 'delete' OR (x.op = 'update' AND x.after->>'deletion_timestamp' IS NOT NULL
                                 AND x.before->>'deletion_timestamp' IS NULL))
      ORDER BY x.at, x.id LIMIT 1) AS w ON true
