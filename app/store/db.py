@@ -1,9 +1,10 @@
 """Database connection settings and pools.
 
 Requests go through ``DATABASE_URL``. Behind PgBouncer's transaction pooling (set
-``QM_PGBOUNCER=1``) asyncpg's prepared-statement cache must be off, which costs an extra round
-trip per query; on a direct connection it stays on.
-the change stream needs a direct connection, ``QM_STREAM_DATABASE_URL`` (defaults to the same).
+``QM_PGBOUNCER=1``, ADR 0057) asyncpg's prepared-statement cache must be off, which costs an
+extra round trip per query, and the reset query on release is skipped; on a direct connection
+both stay on. The change stream needs a direct connection, ``QM_STREAM_DATABASE_URL``
+(defaults to the same).
 """
 
 from __future__ import annotations
