@@ -875,16 +875,16 @@ def _view(view: View) -> str:
     return out
 
 
-def _app_bypasses(on: bool) -> str:
-    """``qm_app`` skips row-level security entirely (its plans stay as they were), when the
-    migrating role may say so (a superuser; a managed database may refuse: then the
-    ``true`` policies still let it see and write every row)."""
-    flag = "BYPASSRLS" if on else "NOBYPASSRLS"
-    return f"""
+# ``qm_app`` skips row-level security entirely (its plans stay as they were), when the
+# migrating role may say so (a superuser; a managed database may refuse: then the ``true``
+# policies still let it see and write every row). The downgrade leaves it: roles belong to the
+# whole server, where other databases may be at this revision, and without policies it
+# changes nothing.
+APP_BYPASSES = """
 DO $$ BEGIN
   IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'qm_app')
      AND (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
-    ALTER ROLE qm_app {flag};
+    ALTER ROLE qm_app BYPASSRLS;
   END IF;
 END $$;
 """
@@ -893,7 +893,7 @@ END $$;
 def upgrade() -> None:
     # Everything here is idempotent: the per-table steps commit on their own, and a migration
     # retried after a lock timeout runs them again.
-    op.execute(_app_bypasses(True))
+    op.execute(APP_BYPASSES)
     op.execute(f"REVOKE ALL ON {', '.join(OLD_GRANTS)} FROM {ROLE}")
     op.execute(ACCESS_ONCE)
     online.each_in_own_transaction([SECRET_ROWS, *(_policies(t, c) for t, c in RLS.items())])
@@ -905,7 +905,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(_app_bypasses(False))
     op.execute("DROP SCHEMA IF EXISTS reporting CASCADE")
     op.execute("DROP POLICY IF EXISTS qm_history_reporting_secrets ON qm_history")
     for table in RLS:
