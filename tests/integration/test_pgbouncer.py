@@ -280,3 +280,22 @@ def test_metrics_say_down_when_the_console_does_not_answer() -> None:
 
     lines = asyncio.run(metric_lines(f"postgresql://qm_stats@127.0.0.1:{free_port()}/pgbouncer"))
     assert lines[-1] == "qm_pgbouncer_up 0"
+
+
+@pytest.fixture
+def pooled_plane(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
+    """The controllers' ``plane`` with its processes' requests through PgBouncer."""
+    monkeypatch.setenv("QM_TEST_PGBOUNCER", "1")
+    return request.getfixturevalue("plane")
+
+
+def test_a_worker_killed_mid_create_through_pgbouncer_overshoots_nothing(pooled_plane: Any) -> None:
+    """The apply lock held by the dead worker's insert (a transaction's, through PgBouncer)
+    keeps the next reconcile from reading before that insert commits."""
+    from test_apply_crash import _children, _crash_mid_apply, _hold_inserts
+
+    assert pooled_plane.env["QM_PGBOUNCER"] == "1"
+    _hold_inserts(pooled_plane, "pods", 0)
+    uid = pooled_plane.replicaset("web", 5)
+    _crash_mid_apply(pooled_plane, "ReplicaSet", "web", held=1)
+    assert _children(pooled_plane, "pods", uid) == 5
