@@ -242,7 +242,7 @@ BEGIN
   RETURN NEW;
 END
 $function$""",
-    "qm_history_partition(month timestamp with time zone)": """returns text
+    "qm_history_partition(month timestamp with time zone)": r"""returns text
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'public'
@@ -262,6 +262,10 @@ BEGIN
   EXECUTE format('ALTER TABLE qm_history ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
                  part, lo, hi);
   EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part, part || '_range');
+  -- No planner statistics for the row images\: nothing filters on them by value, and
+  -- autoanalyze of a fast-growing month would spend its time on them.
+  EXECUTE format('ALTER TABLE %I ALTER COLUMN before SET STATISTICS 0, '
+                 'ALTER COLUMN after SET STATISTICS 0', part);
   EXECUTE format('REVOKE ALL ON %I FROM PUBLIC', part);
   IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'qm_app') THEN
     EXECUTE format('REVOKE ALL ON %I FROM qm_app', part);
@@ -1457,7 +1461,7 @@ VIEWS: dict[str, str] = {
             x.request_id,
             x.db_role
            FROM qm_history x
-          WHERE ((x.table_name = 'pods'::text) AND (x.uid = c.uid) AND ((x.op = 'delete'::text) OR ((x.op = 'update'::text) AND ((x.after ->> 'deletion_timestamp'::text) IS NOT NULL) AND ((x.before ->> 'deletion_timestamp'::text) IS NULL))))
+          WHERE ((x.table_name = 'pods'::text) AND (x.namespace = c.namespace) AND (x.name = c.name) AND (x.uid = c.uid) AND ((x.op = 'delete'::text) OR ((x.op = 'update'::text) AND ((x.after ->> 'deletion_timestamp'::text) IS NOT NULL) AND ((x.before ->> 'deletion_timestamp'::text) IS NULL))))
           ORDER BY x.at, x.id
          LIMIT 1) w ON (true))""",
     "reporting.node_capacity": """WITH held AS (
@@ -1502,7 +1506,7 @@ VIEWS: dict[str, str] = {
    FROM (qm_history h
      LEFT JOIN LATERAL ( SELECT x.at
            FROM qm_history x
-          WHERE ((x.table_name = 'nodes'::text) AND (x.uid = h.uid) AND (x.op = 'update'::text) AND (x.at >= h.at) AND (x.id <> h.id) AND (x.after ? 'status'::text) AND qm_condition_true((x.after -> 'status'::text), 'Ready'::text))
+          WHERE ((x.table_name = 'nodes'::text) AND (x.namespace = ''::text) AND (x.name = h.name) AND (x.uid = h.uid) AND (x.op = 'update'::text) AND (x.at >= h.at) AND ((x.at > h.at) OR (x.id > h.id)) AND (x.after ? 'status'::text) AND qm_condition_true((x.after -> 'status'::text), 'Ready'::text))
           ORDER BY x.at, x.id
          LIMIT 1) r ON (true))
   WHERE ((h.table_name = 'nodes'::text) AND (h.op = 'update'::text) AND (h.after ? 'status'::text) AND qm_condition_true((h.before -> 'status'::text), 'Ready'::text) AND (NOT qm_condition_true((h.after -> 'status'::text), 'Ready'::text)))""",
@@ -1618,7 +1622,7 @@ VIEWS: dict[str, str] = {
             x.request_id,
             x.db_role
            FROM qm_history x
-          WHERE ((x.table_name = 'deployments'::text) AND (x.uid = d.uid) AND (x.at <= rs.creation_timestamp) AND ((x.op = 'insert'::text) OR ((x.op = 'update'::text) AND (x.after ? 'spec'::text) AND (((x.after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((x.before -> 'spec'::text) -> 'template'::text)))))
+          WHERE ((x.table_name = 'deployments'::text) AND (x.namespace = d.namespace) AND (x.name = d.name) AND (x.uid = d.uid) AND (x.at <= rs.creation_timestamp) AND ((x.op = 'insert'::text) OR ((x.op = 'update'::text) AND (x.after ? 'spec'::text) AND (((x.after -> 'spec'::text) -> 'template'::text) IS DISTINCT FROM ((x.before -> 'spec'::text) -> 'template'::text)))))
           ORDER BY x.at DESC, x.id DESC
          LIMIT 1) h ON (true))""",
     "reporting.service_ips": """SELECT host(ip) AS ip,
