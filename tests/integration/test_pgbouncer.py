@@ -109,9 +109,12 @@ def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": NS}, "data": data}  # fmt: skip
 
 
-def test_requests_go_through_pgbouncer_as_the_app_role(pooled: Pooled) -> None:
+def test_requests_go_through_pgbouncer_as_the_app_role(
+    pooled: Pooled, pgbouncer: EmbeddedPgBouncer
+) -> None:
     assert pooled.env["QM_PGBOUNCER"] == "1"
-    assert str(pooled.env["DATABASE_URL"]).split("@")[1].startswith("127.0.0.1:")
+    assert f"@127.0.0.1:{pgbouncer.port}/" in pooled.env["DATABASE_URL"]
+    assert f"@127.0.0.1:{pgbouncer.port}/" not in pooled.env["QM_STREAM_DATABASE_URL"]
     exists = pooled.db.execute("SELECT 1 FROM pg_roles WHERE rolname = 'qm_app'").fetchone()
     assert pooled.user == ("qm_app" if exists else "postgres")
 
