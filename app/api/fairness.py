@@ -10,11 +10,11 @@ API servers; ``/metrics`` prints :func:`metric_lines`.
 A request over its flow's share waits on a future until the dispatcher admits it, at most the
 queue wait limit; then, or at once when its queue is full, it is refused with 429 and
 ``Retry-After``. A flow held back by its rate limit (while another flow uses the server) has
-no release to wake it: a timer at the dispatcher's :meth:`~app.core.fairness.Dispatcher.next_tick`
-does. A refusal the dispatcher marks ``paced`` (a full queue while over the rate) is answered
-only after its ``Retry-After``. A watch or a log follow holds its seat only while its handler starts the
-stream (:func:`as_user` returns the streaming response at once), which is how watches "count
-when they start".
+no release to wake it: a timer at :meth:`~app.core.fairness.Dispatcher.next_tick` does. A
+refusal the dispatcher marks ``paced`` (a full queue while over the rate) is answered only
+after its ``Retry-After``. A watch or a log follow holds its seat only while its handler
+starts the stream (:func:`as_user` returns the streaming response at once), which is how
+watches "count when they start".
 """
 
 from __future__ import annotations
