@@ -84,22 +84,26 @@ def history_triggers(
     ``lease``, ``heartbeat``, ``all``; see ``qm_history_churn``), ``dropped`` the columns the
     history never copies (digests of credentials). A row trigger records single writes; three
     statement triggers with transition tables record, set-based, the statements that set
-    ``qm.contexts`` (batches of many writers). ``ENABLE ALWAYS``, so that
-    ``session_replication_role = replica`` does not silence them.
+    ``qm.contexts`` (batches of many writers); WHEN clauses pick which fire. ``ENABLE
+    ALWAYS``, so that ``session_replication_role = replica`` does not silence them.
     """
     args = f"'{key}', '{kind}', '{rule}', '{{{','.join(dropped)}}}'"
     fn = f"EXECUTE FUNCTION qm_history_record({args})"
     batch = f"EXECUTE FUNCTION qm_history_record_batch({args})"
     names = ("", "_ins", "_upd", "_del", "_truncate")
+    # Each write fires the row trigger or the statement triggers, never both: the WHEN clauses
+    # are checked without calling a function.
+    single = "WHEN (coalesce(current_setting('qm.contexts', true), '') = '')"
+    many = "WHEN (coalesce(current_setting('qm.contexts', true), '') <> '')"
     return f"""
 CREATE TRIGGER {table}_history AFTER INSERT OR UPDATE OR DELETE ON {table}
-  FOR EACH ROW {fn};
+  FOR EACH ROW {single} {fn};
 CREATE TRIGGER {table}_history_ins AFTER INSERT ON {table}
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT {batch};
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT {many} {batch};
 CREATE TRIGGER {table}_history_upd AFTER UPDATE ON {table}
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT {batch};
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT {many} {batch};
 CREATE TRIGGER {table}_history_del AFTER DELETE ON {table}
-  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT {batch};
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT {many} {batch};
 CREATE TRIGGER {table}_history_truncate BEFORE TRUNCATE ON {table}
   FOR EACH STATEMENT {fn};
 """ + "".join(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {table}_history{n};\n" for n in names)

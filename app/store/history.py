@@ -4,8 +4,9 @@ Migration 0014 does the work in SQL (``qm_history_seal``, ``qm_history_verify``,
 ``qm_history_status``, ``qm_history_archive``, ``qm_history_drop_archived``); this module calls
 those functions for the revisioner leader's seal loop (``Sealer``), ``qm audit verify`` and
 ``qm audit archive`` (``app.cli.audit``), and the API's ``/metrics``. The archive export writes
-one CSV file per detached partition (``COPY``) and a manifest naming the anchor and each file's
-SHA-256, then drops the partition.
+one CSV file per detached partition (``COPY``: each row with its ``seq`` and ``hash`` from
+``qm_history_links``) and a manifest naming the anchor and each file's SHA-256, then drops the
+partition.
 """
 
 from __future__ import annotations
@@ -76,12 +77,13 @@ def seal(db: psycopg.Connection[Any], max_rows: int = SEAL_BATCH) -> int:
 
 
 def seal_all(db: psycopg.Connection[Any], max_rows: int = SEAL_BATCH) -> int:
-    """Seal batch after batch until one comes back short; the total sealed."""
+    """Seal batch after batch until one seals nothing; the total sealed. (A call's own summary
+    rows, folded from finished hours, belong to its transaction: the next call seals them.)"""
     total = 0
     while True:
         n = seal(db, max_rows)
         total += n
-        if n < max_rows:
+        if n == 0:
             return total
 
 
@@ -171,16 +173,21 @@ def archive(
 def _export(db: psycopg.Connection[Any], part: str, out_dir: Path) -> ArchivedFile:
     path = out_dir / f"{part}.csv"
     digest = hashlib.sha256()
-    query = sql.SQL("COPY (SELECT * FROM {} ORDER BY seq) TO STDOUT (FORMAT csv, HEADER)").format(
-        sql.Identifier(part)
-    )
+    query = sql.SQL(
+        "COPY (SELECT h.*, l.seq, l.hash FROM {} AS h"
+        " JOIN qm_history_links AS l ON l.id = h.id AND l.at = h.at ORDER BY l.seq)"
+        " TO STDOUT (FORMAT csv, HEADER)"
+    ).format(sql.Identifier(part))
     with path.open("wb") as out, db.cursor() as cur, cur.copy(query) as copy:
         for chunk in copy:
             data = bytes(chunk)
             digest.update(data)
             out.write(data)
     row = db.execute(
-        sql.SQL("SELECT count(*), min(seq), max(seq) FROM {}").format(sql.Identifier(part))
+        sql.SQL(
+            "SELECT count(*), min(l.seq), max(l.seq) FROM {} AS h"
+            " JOIN qm_history_links AS l ON l.id = h.id AND l.at = h.at"
+        ).format(sql.Identifier(part))
     ).fetchone()
     assert row is not None
     return ArchivedFile(part, path.name, int(row[0]), digest.hexdigest(), row[1], row[2])
@@ -228,7 +235,8 @@ class Sealer:
 
 async def metric_lines(pool: asyncpg.Pool) -> list[str]:
     """The sealer's lag for an API server's ``/metrics``: rows not chained yet and how long the
-    oldest has waited (one cheap query on a partial index). Empty when the query fails."""
+    oldest has waited (one range scan of the (xid, id) index past the sealer's cursor). Empty
+    when the query fails."""
     try:
         row = await pool.fetchrow(
             "SELECT unsealed, coalesce(extract(epoch FROM now() - oldest_unsealed), 0),"

@@ -294,7 +294,13 @@ qm_history = Table(
     metadata,
     col("id", "bigint", null=False, serial=True),
     col("at", "timestamptz", null=False, default="statement_timestamp()"),
-    col("xid", "xid8"),
+    col(
+        "xid",
+        "xid8",
+        null=False,
+        default="pg_current_xact_id()",
+        comment="The writing transaction (top level); the sealer chains rows in (xid, id) order",
+    ),
     col("table_name", "text", null=False),
     col("kind", "text"),
     col("namespace", "text"),
@@ -326,21 +332,14 @@ qm_history = Table(
         "bigint",
         comment="op = summary: how many high-churn writes of that table and namespace the hour saw",
     ),
-    col("seq", "bigint", comment="Position in the hash chain, set once by qm_history_seal"),
-    col(
-        "hash",
-        "bytea",
-        comment="sha256(previous hash || qm_history_canon(row)), set once by qm_history_seal",
-    ),
     PrimaryKeyConstraint("id", "at", name="qm_history_pkey"),
     Index("qm_history_at", "at", postgresql_using="brin"),
     Index("qm_history_object", "table_name", "namespace", "name", "at"),
     Index(
         "qm_history_principal", "principal", "at", postgresql_where=text("(principal IS NOT NULL)")
     ),
-    Index("qm_history_seq", "seq", postgresql_where=text("(seq IS NOT NULL)")),
-    Index("qm_history_unsealed", "id", postgresql_where=text("(seq IS NULL)")),
-    comment="Every insert, update and delete of a state table, with who (database role and application principal), why and when; append-only, chained by SHA-256 (docs/history.md)",
+    Index("qm_history_xid", "xid", "id"),
+    comment="Every insert, update and delete of a state table, with who (database role and application principal), why and when; append-only, chained by SHA-256 in qm_history_links (docs/history.md)",
 )
 
 qm_history_anchors = Table(
@@ -373,9 +372,23 @@ qm_history_chain = Table(
     col("id", "integer", null=False, default="1"),
     col("last_seq", "bigint", null=False),
     col("last_hash", "bytea", null=False),
+    col("cursor_xid", "xid8", null=False, default="'0'::xid8"),
+    col("cursor_id", "bigint", null=False, default="0"),
     col("sealed_at", "timestamptz", null=False, default="now()"),
     PrimaryKeyConstraint("id", name="qm_history_chain_pkey"),
-    comment="The tip of the hash chain: the last sealed seq and hash",
+    comment="The tip of the hash chain: the last sealed seq and hash, and the (xid, id) of the last history row sealed (every row at or before it is sealed)",
+)
+
+qm_history_links = Table(
+    "qm_history_links",
+    metadata,
+    col("seq", "bigint", null=False),
+    col("id", "bigint", null=False),
+    col("at", "timestamptz", null=False),
+    col("hash", "bytea", null=False),
+    PrimaryKeyConstraint("seq", name="qm_history_links_pkey"),
+    Index("qm_history_links_row", "id", "at", unique=True),
+    comment="The hash chain over qm_history: seq, the history row (id, at) and sha256(previous hash || qm_history_canon(row, seq)); append-only",
 )
 
 qm_history_tally = Table(

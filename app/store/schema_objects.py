@@ -77,16 +77,16 @@ BEGIN
   IF v_parts IS NULL THEN
     RAISE EXCEPTION 'no history partition ends at or before %', before;
   END IF;
-  IF EXISTS (SELECT FROM qm_history AS h WHERE h.at < v_end AND h.seq IS NULL) THEN
+  IF EXISTS (SELECT FROM qm_history AS h CROSS JOIN qm_history_chain AS c
+              WHERE h.at < v_end AND (h.xid, h.id) > (c.cursor_xid, c.cursor_id)) THEN
     RAISE EXCEPTION 'refused\: the history partitions to archive hold rows not sealed yet';
   END IF;
-  SELECT h.seq, h.hash INTO v_seq, v_hash FROM qm_history AS h
-   WHERE h.at < v_end ORDER BY h.seq DESC LIMIT 1;
+  SELECT l.seq, l.hash INTO v_seq, v_hash FROM qm_history_links AS l
+   WHERE l.at < v_end ORDER BY l.seq DESC LIMIT 1;
   IF v_seq IS NULL THEN
     RAISE EXCEPTION 'refused\: the history partitions to archive are empty; nothing to anchor';
   END IF;
-  IF EXISTS (SELECT FROM qm_history AS h
-              WHERE h.at >= v_end AND h.seq IS NOT NULL AND h.seq < v_seq) THEN
+  IF EXISTS (SELECT FROM qm_history_links AS l WHERE l.at >= v_end AND l.seq < v_seq) THEN
     RAISE EXCEPTION 'refused\: rows that stay were sealed before seq %, the last to archive',
       v_seq;
   END IF;
@@ -99,12 +99,12 @@ BEGIN
   END LOOP;
 END
 $function$""",
-    "qm_history_canon(h qm_history)": r"""returns text
+    "qm_history_canon(h qm_history, seq bigint)": r"""returns text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
   SELECT jsonb_build_array(
-    h.seq, h.id, to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24\:MI\:SS.US"Z"'),
+    seq, h.id, to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24\:MI\:SS.US"Z"'),
     h.xid::text, h.table_name, h.kind, h.namespace, h.name, h.uid, h.op, h.before, h.after,
     h.db_role, h.application_name, h.principal, to_jsonb(h.groups), h.request_id,
     h.client_addr, h.user_agent, h.reason, h.verb, h.subresource, h.summary_count)::text
@@ -191,20 +191,6 @@ $function$""",
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  IF TG_OP = 'UPDATE' AND current_setting('qm.sealing', true) = 'on'
-     AND OLD.seq IS NULL AND OLD.hash IS NULL
-     AND NEW.seq IS NOT NULL AND NEW.hash IS NOT NULL
-     AND (NEW.id, NEW.at, NEW.xid, NEW.table_name, NEW.kind, NEW.namespace, NEW.name, NEW.uid,
-          NEW.op, NEW.before, NEW.after, NEW.db_role, NEW.application_name, NEW.principal,
-          NEW.groups, NEW.request_id, NEW.client_addr, NEW.user_agent, NEW.reason, NEW.verb,
-          NEW.subresource, NEW.summary_count)
-         IS NOT DISTINCT FROM
-         (OLD.id, OLD.at, OLD.xid, OLD.table_name, OLD.kind, OLD.namespace, OLD.name, OLD.uid,
-          OLD.op, OLD.before, OLD.after, OLD.db_role, OLD.application_name, OLD.principal,
-          OLD.groups, OLD.request_id, OLD.client_addr, OLD.user_agent, OLD.reason, OLD.verb,
-          OLD.subresource, OLD.summary_count) THEN
-    RETURN NEW;
-  END IF;
   RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
     MESSAGE = format('the change history is append-only (%s on %s refused)', TG_OP, TG_TABLE_NAME);
 END
@@ -300,15 +286,12 @@ $function$""",
 AS $function$
 DECLARE
   v_old jsonb;
-  v_new jsonb;
   v_row jsonb;
   v_before jsonb;
   v_after jsonb;
   v_ctx jsonb;
-  v_ns text;
-  v_name text;
-  v_churn boolean;
   v_text text;
+  v_groups text[];
 BEGIN
   IF TG_OP = 'TRUNCATE' THEN
     -- Every row about to go is recorded as deleted.
@@ -329,55 +312,71 @@ BEGIN
     USING v_ctx;
     RETURN NULL;
   END IF;
-  -- A statement carrying many writers' contexts is recorded by qm_history_record_batch, once
-  -- for all its rows\: parsing the whole map again for every row would cost O(rows^2).
+  -- Checked again when firing\: a statement can set qm.contexts after its rows were queued (the
+  -- previous release's qm_audit insert does), and then the statement triggers record them.
   IF current_setting('qm.contexts', true) <> '' THEN
     RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN
-    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
-    v_after := v_new;
-    v_row := v_new;
-    v_churn := TG_ARGV[2] = 'all';
-  ELSIF TG_OP = 'DELETE' THEN
-    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
-    v_before := v_old;
-    v_row := v_old;
-    v_churn := TG_ARGV[2] = 'all';
+    v_row := to_jsonb(NEW);
   ELSE
-    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
-    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
-    v_row := v_new;
-    -- Only the top-level columns that changed, old values before and new after.
-    SELECT coalesce(jsonb_object_agg(o.key, o.value), '{}'),
-           coalesce(jsonb_object_agg(o.key, n.value), '{}')
-      INTO v_before, v_after
-      FROM jsonb_each(v_old) AS o JOIN jsonb_each(v_new) AS n ON n.key = o.key
-     WHERE o.value IS DISTINCT FROM n.value;
-    v_churn := coalesce(public.qm_history_churn(TG_ARGV[2], v_before, v_after), false);
+    v_row := to_jsonb(OLD);
   END IF;
-  v_ns := coalesce(v_row ->> 'namespace', '');
-  v_name := coalesce(v_row ->> 'name', v_row ->> TG_ARGV[0]);
-  IF v_churn THEN
-    -- Counted, not stored\: this backend's own row for the hour, so no two connections wait.
+  IF TG_ARGV[3] <> '{}' THEN
+    v_row := v_row - TG_ARGV[3]::text[];
+  END IF;
+  IF TG_TABLE_NAME = 'secrets' THEN
+    v_row := public.qm_history_image('secrets', v_row, '{}');
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    v_after := v_row;
+  ELSIF TG_OP = 'DELETE' THEN
+    v_before := v_row;
+  ELSE
+    v_old := v_row;
+    v_row := to_jsonb(NEW);
+    IF TG_ARGV[3] <> '{}' THEN
+      v_row := v_row - TG_ARGV[3]::text[];
+    END IF;
+    IF TG_TABLE_NAME = 'secrets' THEN
+      v_row := public.qm_history_image('secrets', v_row, '{}');
+    END IF;
+    SELECT coalesce(jsonb_object_agg(n.key, v_old -> n.key), '{}'),
+           coalesce(jsonb_object_agg(n.key, n.value), '{}')
+      INTO v_before, v_after
+      FROM jsonb_each(v_row) AS n
+     WHERE n.value IS DISTINCT FROM v_old -> n.key;
+  END IF;
+  -- Counted, not stored\: this backend's own row for the hour, so no two connections wait.
+  IF TG_ARGV[2] = 'all' OR (TG_ARGV[2] <> 'none' AND TG_OP = 'UPDATE'
+     AND coalesce(public.qm_history_churn(TG_ARGV[2], v_before, v_after), false)) THEN
     INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
-    VALUES (date_trunc('hour', statement_timestamp(), 'UTC'), TG_TABLE_NAME, v_ns,
-            pg_backend_pid(), nullif(TG_ARGV[1], ''), 1)
+    VALUES (date_trunc('hour', statement_timestamp(), 'UTC'), TG_TABLE_NAME,
+            coalesce(v_row ->> 'namespace', ''), pg_backend_pid(), nullif(TG_ARGV[1], ''), 1)
     ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1;
     RETURN NULL;
   END IF;
-  -- The setting is looked at before it is parsed\: most writes carry one, a DBA's none.
+  -- The setting is looked at before it is parsed\: most writes carry one, a DBA's none. A value
+  -- that is not a JSON object is kept as the reason rather than failing the write.
   v_text := current_setting('qm.context', true);
   IF v_text <> '' THEN
-    v_ctx := public.qm_history_context('qm.context');
+    IF pg_input_is_valid(v_text, 'jsonb') THEN
+      v_ctx := v_text::jsonb;
+    END IF;
+    IF jsonb_typeof(v_ctx) IS DISTINCT FROM 'object' THEN
+      v_ctx := jsonb_build_object('reason', 'unreadable qm.context\: ' || left(v_text, 200));
+    ELSIF jsonb_typeof(v_ctx -> 'groups') = 'array' THEN
+      v_groups := ARRAY(SELECT jsonb_array_elements_text(v_ctx -> 'groups'));
+    END IF;
   END IF;
   INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
     db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
     verb, subresource)
-  VALUES (pg_current_xact_id(), TG_TABLE_NAME, nullif(TG_ARGV[1], ''), v_ns, v_name,
+  VALUES (pg_current_xact_id(), TG_TABLE_NAME, nullif(TG_ARGV[1], ''),
+          coalesce(v_row ->> 'namespace', ''), coalesce(v_row ->> 'name', v_row ->> TG_ARGV[0]),
           (v_row ->> 'uid')::uuid, lower(TG_OP), v_before, v_after, session_user,
           current_setting('application_name'), public.qm_history_str(v_ctx, 'principal'),
-          public.qm_history_groups(v_ctx), public.qm_history_str(v_ctx, 'request_id'),
+          v_groups, public.qm_history_str(v_ctx, 'request_id'),
           public.qm_history_str(v_ctx, 'client'), public.qm_history_str(v_ctx, 'user_agent'),
           public.qm_history_str(v_ctx, 'reason'), public.qm_history_str(v_ctx, 'verb'),
           public.qm_history_str(v_ctx, 'subresource'));
@@ -504,12 +503,15 @@ $function$""",
 AS $function$
 DECLARE
   tip qm_history_chain;
-  r qm_history;
+  r record;
   s bigint;
   h bytea;
+  v_xmin xid8;
+  v_xid xid8;
+  v_id bigint;
+  seqs bigint[] := '{}';
   ids bigint[] := '{}';
   ats timestamptz[] := '{}';
-  seqs bigint[] := '{}';
   hashes bytea[] := '{}';
   v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
@@ -529,26 +531,33 @@ BEGIN
   END IF;
   PERFORM qm_history_fold();
   SELECT * INTO STRICT tip FROM qm_history_chain WHERE id = 1 FOR UPDATE;
+  -- Taken before the rows are read (the next statement's snapshot sees every row of the
+  -- transactions below it that committed).
+  v_xmin := pg_snapshot_xmin(pg_current_snapshot());
   s := tip.last_seq;
   h := tip.last_hash;
-  FOR r IN SELECT * FROM qm_history WHERE seq IS NULL ORDER BY id LIMIT max_rows LOOP
+  v_xid := tip.cursor_xid;
+  v_id := tip.cursor_id;
+  FOR r IN SELECT q AS q, q.xid, q.id, q.at FROM qm_history AS q
+            WHERE (q.xid, q.id) > (tip.cursor_xid, tip.cursor_id) AND q.xid < v_xmin
+            ORDER BY q.xid, q.id LIMIT max_rows LOOP
     s := s + 1;
-    r.seq := s;
-    h := sha256(h || convert_to(qm_history_canon(r), 'UTF8'));
+    h := sha256(h || convert_to(qm_history_canon(r.q, s), 'UTF8'));
+    seqs := seqs || s;
     ids := ids || r.id;
     ats := ats || r.at;
-    seqs := seqs || s;
     hashes := hashes || h;
+    v_xid := r.xid;
+    v_id := r.id;
   END LOOP;
   IF s = tip.last_seq THEN
     RETURN 0;
   END IF;
-  PERFORM set_config('qm.sealing', 'on', true);
-  UPDATE qm_history AS q SET seq = u.seq, hash = u.hash
-    FROM unnest(ids, ats, seqs, hashes) AS u(id, at, seq, hash)
-   WHERE q.id = u.id AND q.at = u.at;
-  PERFORM set_config('qm.sealing', '', true);
-  UPDATE qm_history_chain SET last_seq = s, last_hash = h, sealed_at = now() WHERE id = 1;
+  INSERT INTO qm_history_links (seq, id, at, hash)
+    SELECT * FROM unnest(seqs, ids, ats, hashes);
+  UPDATE qm_history_chain SET last_seq = s, last_hash = h, cursor_xid = v_xid,
+         cursor_id = v_id, sealed_at = now()
+   WHERE id = 1;
   RETURN s - tip.last_seq;
 END
 $function$""",
@@ -557,11 +566,12 @@ $function$""",
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'public'
 AS $function$
-  SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors),
-         (SELECT count(*) FROM qm_history WHERE seq IS NULL),
-         (SELECT min(at) FROM qm_history WHERE seq IS NULL),
+  SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors), u.n, u.oldest,
          encode(c.last_hash, 'hex')
     FROM qm_history_chain AS c
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n, min(h.at) AS oldest FROM qm_history AS h
+       WHERE (h.xid, h.id) > (c.cursor_xid, c.cursor_id)) AS u
 $function$""",
     "qm_history_str(c jsonb, field text)": """returns text
  LANGUAGE sql
@@ -577,11 +587,13 @@ AS $function$
   WITH a AS (
     SELECT last_seq, last_hash FROM qm_history_anchors ORDER BY last_seq DESC LIMIT 1
   ), r AS (
-    SELECT h.seq, h.id, h.at, h.hash, qm_history_canon(h) AS c,
-           lag(h.seq) OVER w AS prev_seq, lag(h.hash) OVER w AS prev_hash
-      FROM qm_history AS h
-     WHERE h.seq > (SELECT last_seq FROM a)
-    WINDOW w AS (ORDER BY h.seq, h.id)
+    SELECT l.seq, l.id, l.at, l.hash, h.id IS NULL AS gone,
+           CASE WHEN h.id IS NOT NULL THEN qm_history_canon(h, l.seq) END AS c,
+           lag(l.seq) OVER w AS prev_seq, lag(l.hash) OVER w AS prev_hash
+      FROM qm_history_links AS l
+      LEFT JOIN qm_history AS h ON h.id = l.id AND h.at = l.at
+     WHERE l.seq > (SELECT last_seq FROM a)
+    WINDOW w AS (ORDER BY l.seq)
   ), bad AS (
     SELECT r.seq, r.id, r.at, CASE
         WHEN coalesce(r.prev_seq, a.last_seq) <> r.seq - 1 THEN
@@ -589,23 +601,36 @@ AS $function$
                THEN 'seq ' || r.seq || ' appears twice'
                ELSE format('rows with seq %s to %s are missing',
                            coalesce(r.prev_seq, a.last_seq) + 1, r.seq - 1) END
+        WHEN r.gone THEN 'the row is gone\: it was removed after it was sealed'
         WHEN r.hash IS DISTINCT FROM sha256(coalesce(r.prev_hash, a.last_hash)
                                             || convert_to(r.c, 'UTF8')) THEN
           'the row does not match its hash\: it was changed after it was sealed'
       END AS problem
       FROM r CROSS JOIN a
+  ), stray AS (
+    SELECT NULL::bigint AS seq, h.id, h.at,
+           'the row is not in the chain though sealing has passed it\: it was added with the '
+           || 'guards bypassed' AS problem
+      FROM qm_history AS h CROSS JOIN qm_history_chain AS c
+     WHERE (h.xid, h.id) <= (c.cursor_xid, c.cursor_id)
+       AND h.at >= coalesce((SELECT max(x.before) FROM qm_history_anchors AS x), '-infinity')
+       AND NOT EXISTS (SELECT FROM qm_history_links AS l WHERE l.id = h.id AND l.at = h.at)
+     ORDER BY h.id
+     LIMIT 1
   ), tail AS (
     SELECT NULL::bigint AS seq, NULL::bigint AS id, NULL::timestamptz AS at,
            format('the chain ends at seq %s but seq %s was sealed',
-                  coalesce(max(h.seq), a.last_seq), c.last_seq) AS problem
+                  coalesce(max(l.seq), a.last_seq), c.last_seq) AS problem
       FROM qm_history_chain AS c CROSS JOIN a
-      LEFT JOIN qm_history AS h ON h.seq > a.last_seq
+      LEFT JOIN qm_history_links AS l ON l.seq > a.last_seq
      GROUP BY c.last_seq, a.last_seq
-    HAVING coalesce(max(h.seq), a.last_seq) < c.last_seq
+    HAVING coalesce(max(l.seq), a.last_seq) < c.last_seq
   )
   SELECT * FROM (SELECT * FROM bad WHERE problem IS NOT NULL ORDER BY seq LIMIT 1) AS first
   UNION ALL
   SELECT * FROM tail
+  UNION ALL
+  SELECT * FROM stray
   LIMIT 1
 $function$""",
     "qm_int(v text)": """returns integer
@@ -1116,188 +1141,190 @@ $function$""",
 }
 
 TRIGGERS: dict[str, str] = {
-    "admissionpolicies_history on admissionpolicies": """AFTER INSERT OR DELETE OR UPDATE ON public.admissionpolicies FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
-    "admissionpolicies_history_del on admissionpolicies": """AFTER DELETE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
-    "admissionpolicies_history_ins on admissionpolicies": """AFTER INSERT ON public.admissionpolicies REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history on admissionpolicies": """AFTER INSERT OR DELETE OR UPDATE ON public.admissionpolicies FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_del on admissionpolicies": """AFTER DELETE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_ins on admissionpolicies": """AFTER INSERT ON public.admissionpolicies REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
     "admissionpolicies_history_truncate on admissionpolicies": """BEFORE TRUNCATE ON public.admissionpolicies FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'AdmissionPolicy', 'none', '{}')""",
-    "admissionpolicies_history_upd on admissionpolicies": """AFTER UPDATE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
+    "admissionpolicies_history_upd on admissionpolicies": """AFTER UPDATE ON public.admissionpolicies REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'AdmissionPolicy', 'none', '{}')""",
     "admissionpolicies_stamp on admissionpolicies": """BEFORE INSERT OR UPDATE ON public.admissionpolicies FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "clusterrolebindings_history on clusterrolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterrolebindings FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
-    "clusterrolebindings_history_del on clusterrolebindings": """AFTER DELETE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
-    "clusterrolebindings_history_ins on clusterrolebindings": """AFTER INSERT ON public.clusterrolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history on clusterrolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterrolebindings FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_del on clusterrolebindings": """AFTER DELETE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_ins on clusterrolebindings": """AFTER INSERT ON public.clusterrolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
     "clusterrolebindings_history_truncate on clusterrolebindings": """BEFORE TRUNCATE ON public.clusterrolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRoleBinding', 'none', '{}')""",
-    "clusterrolebindings_history_upd on clusterrolebindings": """AFTER UPDATE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
+    "clusterrolebindings_history_upd on clusterrolebindings": """AFTER UPDATE ON public.clusterrolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRoleBinding', 'none', '{}')""",
     "clusterrolebindings_stamp on clusterrolebindings": """BEFORE INSERT OR UPDATE ON public.clusterrolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "clusterroles_history on clusterroles": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterroles FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
-    "clusterroles_history_del on clusterroles": """AFTER DELETE ON public.clusterroles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
-    "clusterroles_history_ins on clusterroles": """AFTER INSERT ON public.clusterroles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history on clusterroles": """AFTER INSERT OR DELETE OR UPDATE ON public.clusterroles FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_del on clusterroles": """AFTER DELETE ON public.clusterroles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_ins on clusterroles": """AFTER INSERT ON public.clusterroles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
     "clusterroles_history_truncate on clusterroles": """BEFORE TRUNCATE ON public.clusterroles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ClusterRole', 'none', '{}')""",
-    "clusterroles_history_upd on clusterroles": """AFTER UPDATE ON public.clusterroles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
+    "clusterroles_history_upd on clusterroles": """AFTER UPDATE ON public.clusterroles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ClusterRole', 'none', '{}')""",
     "clusterroles_stamp on clusterroles": """BEFORE INSERT OR UPDATE ON public.clusterroles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "configmaps_history on configmaps": """AFTER INSERT OR DELETE OR UPDATE ON public.configmaps FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
-    "configmaps_history_del on configmaps": """AFTER DELETE ON public.configmaps REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
-    "configmaps_history_ins on configmaps": """AFTER INSERT ON public.configmaps REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history on configmaps": """AFTER INSERT OR DELETE OR UPDATE ON public.configmaps FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_del on configmaps": """AFTER DELETE ON public.configmaps REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_ins on configmaps": """AFTER INSERT ON public.configmaps REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
     "configmaps_history_truncate on configmaps": """BEFORE TRUNCATE ON public.configmaps FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ConfigMap', 'none', '{}')""",
-    "configmaps_history_upd on configmaps": """AFTER UPDATE ON public.configmaps REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
+    "configmaps_history_upd on configmaps": """AFTER UPDATE ON public.configmaps REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ConfigMap', 'none', '{}')""",
     "configmaps_stamp on configmaps": """BEFORE INSERT OR UPDATE ON public.configmaps FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "cronjobs_history on cronjobs": """AFTER INSERT OR DELETE OR UPDATE ON public.cronjobs FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
-    "cronjobs_history_del on cronjobs": """AFTER DELETE ON public.cronjobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
-    "cronjobs_history_ins on cronjobs": """AFTER INSERT ON public.cronjobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history on cronjobs": """AFTER INSERT OR DELETE OR UPDATE ON public.cronjobs FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_del on cronjobs": """AFTER DELETE ON public.cronjobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_ins on cronjobs": """AFTER INSERT ON public.cronjobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
     "cronjobs_history_truncate on cronjobs": """BEFORE TRUNCATE ON public.cronjobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'CronJob', 'none', '{}')""",
-    "cronjobs_history_upd on cronjobs": """AFTER UPDATE ON public.cronjobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
+    "cronjobs_history_upd on cronjobs": """AFTER UPDATE ON public.cronjobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'CronJob', 'none', '{}')""",
     "cronjobs_stamp on cronjobs": """BEFORE INSERT OR UPDATE ON public.cronjobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "deployments_history on deployments": """AFTER INSERT OR DELETE OR UPDATE ON public.deployments FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
-    "deployments_history_del on deployments": """AFTER DELETE ON public.deployments REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
-    "deployments_history_ins on deployments": """AFTER INSERT ON public.deployments REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history on deployments": """AFTER INSERT OR DELETE OR UPDATE ON public.deployments FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_del on deployments": """AFTER DELETE ON public.deployments REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_ins on deployments": """AFTER INSERT ON public.deployments REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
     "deployments_history_truncate on deployments": """BEFORE TRUNCATE ON public.deployments FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Deployment', 'none', '{}')""",
-    "deployments_history_upd on deployments": """AFTER UPDATE ON public.deployments REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
+    "deployments_history_upd on deployments": """AFTER UPDATE ON public.deployments REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Deployment', 'none', '{}')""",
     "deployments_stamp on deployments": """BEFORE INSERT OR UPDATE ON public.deployments FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "endpointslices_history on endpointslices": """AFTER INSERT OR DELETE OR UPDATE ON public.endpointslices FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
-    "endpointslices_history_del on endpointslices": """AFTER DELETE ON public.endpointslices REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
-    "endpointslices_history_ins on endpointslices": """AFTER INSERT ON public.endpointslices REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history on endpointslices": """AFTER INSERT OR DELETE OR UPDATE ON public.endpointslices FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_del on endpointslices": """AFTER DELETE ON public.endpointslices REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_ins on endpointslices": """AFTER INSERT ON public.endpointslices REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
     "endpointslices_history_truncate on endpointslices": """BEFORE TRUNCATE ON public.endpointslices FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'EndpointSlice', 'none', '{}')""",
-    "endpointslices_history_upd on endpointslices": """AFTER UPDATE ON public.endpointslices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
+    "endpointslices_history_upd on endpointslices": """AFTER UPDATE ON public.endpointslices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'EndpointSlice', 'none', '{}')""",
     "endpointslices_stamp on endpointslices": """BEFORE INSERT OR UPDATE ON public.endpointslices FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "events_history on events": """AFTER INSERT OR DELETE OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
-    "events_history_del on events": """AFTER DELETE ON public.events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
-    "events_history_ins on events": """AFTER INSERT ON public.events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
+    "events_history on events": """AFTER INSERT OR DELETE OR UPDATE ON public.events FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
+    "events_history_del on events": """AFTER DELETE ON public.events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
+    "events_history_ins on events": """AFTER INSERT ON public.events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
     "events_history_truncate on events": """BEFORE TRUNCATE ON public.events FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Event', 'all', '{}')""",
-    "events_history_upd on events": """AFTER UPDATE ON public.events REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
+    "events_history_upd on events": """AFTER UPDATE ON public.events REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Event', 'all', '{}')""",
     "events_stamp on events": """BEFORE INSERT OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "jobs_history on jobs": """AFTER INSERT OR DELETE OR UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
-    "jobs_history_del on jobs": """AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
-    "jobs_history_ins on jobs": """AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
+    "jobs_history on jobs": """AFTER INSERT OR DELETE OR UPDATE ON public.jobs FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
+    "jobs_history_del on jobs": """AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
+    "jobs_history_ins on jobs": """AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
     "jobs_history_truncate on jobs": """BEFORE TRUNCATE ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Job', 'none', '{}')""",
-    "jobs_history_upd on jobs": """AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
+    "jobs_history_upd on jobs": """AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Job', 'none', '{}')""",
     "jobs_stamp on jobs": """BEFORE INSERT OR UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "leases_history on leases": """AFTER INSERT OR DELETE OR UPDATE ON public.leases FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
-    "leases_history_del on leases": """AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
-    "leases_history_ins on leases": """AFTER INSERT ON public.leases REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
+    "leases_history on leases": """AFTER INSERT OR DELETE OR UPDATE ON public.leases FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_del on leases": """AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_ins on leases": """AFTER INSERT ON public.leases REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
     "leases_history_truncate on leases": """BEFORE TRUNCATE ON public.leases FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Lease', 'lease', '{}')""",
-    "leases_history_upd on leases": """AFTER UPDATE ON public.leases REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
+    "leases_history_upd on leases": """AFTER UPDATE ON public.leases REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Lease', 'lease', '{}')""",
     "leases_stamp on leases": """BEFORE INSERT OR UPDATE ON public.leases FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "namespaces_history on namespaces": """AFTER INSERT OR DELETE OR UPDATE ON public.namespaces FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
-    "namespaces_history_del on namespaces": """AFTER DELETE ON public.namespaces REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
-    "namespaces_history_ins on namespaces": """AFTER INSERT ON public.namespaces REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history on namespaces": """AFTER INSERT OR DELETE OR UPDATE ON public.namespaces FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_del on namespaces": """AFTER DELETE ON public.namespaces REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_ins on namespaces": """AFTER INSERT ON public.namespaces REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
     "namespaces_history_truncate on namespaces": """BEFORE TRUNCATE ON public.namespaces FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Namespace', 'none', '{}')""",
-    "namespaces_history_upd on namespaces": """AFTER UPDATE ON public.namespaces REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
+    "namespaces_history_upd on namespaces": """AFTER UPDATE ON public.namespaces REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Namespace', 'none', '{}')""",
     "namespaces_stamp on namespaces": """BEFORE INSERT OR UPDATE ON public.namespaces FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "nodes_allocation_insert on nodes": """AFTER INSERT ON public.nodes FOR EACH ROW WHEN ((new.namespace = ''::text)) EXECUTE FUNCTION qm_nodes_allocation()""",
-    "nodes_history on nodes": """AFTER INSERT OR DELETE OR UPDATE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
-    "nodes_history_del on nodes": """AFTER DELETE ON public.nodes REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
-    "nodes_history_ins on nodes": """AFTER INSERT ON public.nodes REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
+    "nodes_history on nodes": """AFTER INSERT OR DELETE OR UPDATE ON public.nodes FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
+    "nodes_history_del on nodes": """AFTER DELETE ON public.nodes REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
+    "nodes_history_ins on nodes": """AFTER INSERT ON public.nodes REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
     "nodes_history_truncate on nodes": """BEFORE TRUNCATE ON public.nodes FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Node', 'status', '{}')""",
-    "nodes_history_upd on nodes": """AFTER UPDATE ON public.nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
+    "nodes_history_upd on nodes": """AFTER UPDATE ON public.nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Node', 'status', '{}')""",
     "nodes_revoke_credentials on nodes": """AFTER DELETE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_revoke_credentials_on_deletion on nodes": """AFTER UPDATE OF deletion_timestamp ON public.nodes FOR EACH ROW WHEN (((old.deletion_timestamp IS NULL) AND (new.deletion_timestamp IS NOT NULL))) EXECUTE FUNCTION qm_revoke_node_credentials()""",
     "nodes_stamp on nodes": """BEFORE INSERT OR UPDATE ON public.nodes FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "poddisruptionbudgets_history on poddisruptionbudgets": """AFTER INSERT OR DELETE OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
-    "poddisruptionbudgets_history_del on poddisruptionbudgets": """AFTER DELETE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
-    "poddisruptionbudgets_history_ins on poddisruptionbudgets": """AFTER INSERT ON public.poddisruptionbudgets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history on poddisruptionbudgets": """AFTER INSERT OR DELETE OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_del on poddisruptionbudgets": """AFTER DELETE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_ins on poddisruptionbudgets": """AFTER INSERT ON public.poddisruptionbudgets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
     "poddisruptionbudgets_history_truncate on poddisruptionbudgets": """BEFORE TRUNCATE ON public.poddisruptionbudgets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PodDisruptionBudget', 'none', '{}')""",
-    "poddisruptionbudgets_history_upd on poddisruptionbudgets": """AFTER UPDATE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
+    "poddisruptionbudgets_history_upd on poddisruptionbudgets": """AFTER UPDATE ON public.poddisruptionbudgets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PodDisruptionBudget', 'none', '{}')""",
     "poddisruptionbudgets_stamp on poddisruptionbudgets": """BEFORE INSERT OR UPDATE ON public.poddisruptionbudgets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
     "pods_allocation_delete on pods": """AFTER DELETE ON public.pods FOR EACH ROW WHEN (((old.node_name IS NOT NULL) AND (COALESCE(old.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_allocation_insert on pods": """AFTER INSERT ON public.pods FOR EACH ROW WHEN (((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_allocation_update on pods": """AFTER UPDATE ON public.pods FOR EACH ROW WHEN (((((old.node_name IS NOT NULL) AND (COALESCE(old.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text]))) <> ((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) OR ((new.node_name IS NOT NULL) AND (COALESCE(new.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])) AND ((old.node_name <> new.node_name) OR (old.req_cpu_milli <> new.req_cpu_milli) OR (old.req_memory_bytes <> new.req_memory_bytes) OR (old.req_gpu <> new.req_gpu))))) EXECUTE FUNCTION qm_pods_allocation()""",
     "pods_derived_insert on pods": """BEFORE INSERT ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_pod_derived()""",
     "pods_derived_update on pods": """BEFORE UPDATE OF spec ON public.pods FOR EACH ROW WHEN ((((old.spec -> 'containers'::text) IS DISTINCT FROM (new.spec -> 'containers'::text)) OR ((old.spec -> 'initContainers'::text) IS DISTINCT FROM (new.spec -> 'initContainers'::text)) OR ((old.spec -> 'priorityClassName'::text) IS DISTINCT FROM (new.spec -> 'priorityClassName'::text)) OR ((old.spec -> 'activeDeadlineSeconds'::text) IS DISTINCT FROM (new.spec -> 'activeDeadlineSeconds'::text)) OR ((old.spec -> 'affinity'::text) IS DISTINCT FROM (new.spec -> 'affinity'::text)) OR (((old.spec ->> 'nodeName'::text) IS NULL) AND ((new.spec ->> 'nodeName'::text) IS NOT NULL)))) EXECUTE FUNCTION qm_pod_derived()""",
-    "pods_history on pods": """AFTER INSERT OR DELETE OR UPDATE ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
-    "pods_history_del on pods": """AFTER DELETE ON public.pods REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
-    "pods_history_ins on pods": """AFTER INSERT ON public.pods REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
+    "pods_history on pods": """AFTER INSERT OR DELETE OR UPDATE ON public.pods FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
+    "pods_history_del on pods": """AFTER DELETE ON public.pods REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
+    "pods_history_ins on pods": """AFTER INSERT ON public.pods REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
     "pods_history_truncate on pods": """BEFORE TRUNCATE ON public.pods FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Pod', 'status', '{}')""",
-    "pods_history_upd on pods": """AFTER UPDATE ON public.pods REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
+    "pods_history_upd on pods": """AFTER UPDATE ON public.pods REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Pod', 'status', '{}')""",
     "pods_stamp on pods": """BEFORE INSERT OR UPDATE ON public.pods FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "priorityclasses_history on priorityclasses": """AFTER INSERT OR DELETE OR UPDATE ON public.priorityclasses FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
-    "priorityclasses_history_del on priorityclasses": """AFTER DELETE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
-    "priorityclasses_history_ins on priorityclasses": """AFTER INSERT ON public.priorityclasses REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history on priorityclasses": """AFTER INSERT OR DELETE OR UPDATE ON public.priorityclasses FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_del on priorityclasses": """AFTER DELETE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_ins on priorityclasses": """AFTER INSERT ON public.priorityclasses REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
     "priorityclasses_history_truncate on priorityclasses": """BEFORE TRUNCATE ON public.priorityclasses FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'PriorityClass', 'none', '{}')""",
-    "priorityclasses_history_upd on priorityclasses": """AFTER UPDATE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
+    "priorityclasses_history_upd on priorityclasses": """AFTER UPDATE ON public.priorityclasses REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'PriorityClass', 'none', '{}')""",
     "priorityclasses_stamp on priorityclasses": """BEFORE INSERT OR UPDATE ON public.priorityclasses FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "qm_api_servers_history on qm_api_servers": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_api_servers FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
-    "qm_api_servers_history_del on qm_api_servers": """AFTER DELETE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
-    "qm_api_servers_history_ins on qm_api_servers": """AFTER INSERT ON public.qm_api_servers REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history on qm_api_servers": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_api_servers FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_del on qm_api_servers": """AFTER DELETE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_ins on qm_api_servers": """AFTER INSERT ON public.qm_api_servers REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
     "qm_api_servers_history_truncate on qm_api_servers": """BEFORE TRUNCATE ON public.qm_api_servers FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'heartbeat', '{}')""",
-    "qm_api_servers_history_upd on qm_api_servers": """AFTER UPDATE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
+    "qm_api_servers_history_upd on qm_api_servers": """AFTER UPDATE ON public.qm_api_servers REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'heartbeat', '{}')""",
     "qm_audit_append_only on qm_audit": """BEFORE DELETE OR UPDATE ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_refuse_change()""",
     "qm_audit_history_context on qm_audit": """BEFORE INSERT ON public.qm_audit FOR EACH ROW EXECUTE FUNCTION qm_history_legacy_context()""",
     "qm_audit_no_truncate on qm_audit": """BEFORE TRUNCATE ON public.qm_audit FOR EACH STATEMENT EXECUTE FUNCTION qm_refuse_change()""",
-    "qm_bootstrap_tokens_history on qm_bootstrap_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_bootstrap_tokens FOR EACH ROW EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
-    "qm_bootstrap_tokens_history_del on qm_bootstrap_tokens": """AFTER DELETE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
-    "qm_bootstrap_tokens_history_ins on qm_bootstrap_tokens": """AFTER INSERT ON public.qm_bootstrap_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history on qm_bootstrap_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_bootstrap_tokens FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_del on qm_bootstrap_tokens": """AFTER DELETE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_ins on qm_bootstrap_tokens": """AFTER INSERT ON public.qm_bootstrap_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
     "qm_bootstrap_tokens_history_truncate on qm_bootstrap_tokens": """BEFORE TRUNCATE ON public.qm_bootstrap_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('token_id', '', 'none', '{secret_sha256}')""",
-    "qm_bootstrap_tokens_history_upd on qm_bootstrap_tokens": """AFTER UPDATE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
+    "qm_bootstrap_tokens_history_upd on qm_bootstrap_tokens": """AFTER UPDATE ON public.qm_bootstrap_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('token_id', '', 'none', '{secret_sha256}')""",
     "qm_history_append_only on qm_history": """BEFORE DELETE OR UPDATE ON public.qm_history FOR EACH ROW EXECUTE FUNCTION qm_history_guard()""",
+    "qm_history_links_append_only on qm_history_links": """BEFORE DELETE OR UPDATE ON public.qm_history_links FOR EACH ROW EXECUTE FUNCTION qm_history_guard()""",
+    "qm_history_links_no_truncate on qm_history_links": """BEFORE TRUNCATE ON public.qm_history_links FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard()""",
     "qm_history_no_truncate on qm_history": """BEFORE TRUNCATE ON public.qm_history FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard()""",
-    "qm_node_credentials_history on qm_node_credentials": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_node_credentials FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
-    "qm_node_credentials_history_del on qm_node_credentials": """AFTER DELETE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
-    "qm_node_credentials_history_ins on qm_node_credentials": """AFTER INSERT ON public.qm_node_credentials REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history on qm_node_credentials": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_node_credentials FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_del on qm_node_credentials": """AFTER DELETE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_ins on qm_node_credentials": """AFTER INSERT ON public.qm_node_credentials REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
     "qm_node_credentials_history_truncate on qm_node_credentials": """BEFORE TRUNCATE ON public.qm_node_credentials FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{token_sha256}')""",
-    "qm_node_credentials_history_upd on qm_node_credentials": """AFTER UPDATE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
-    "qm_tokens_history on qm_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
-    "qm_tokens_history_del on qm_tokens": """AFTER DELETE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
-    "qm_tokens_history_ins on qm_tokens": """AFTER INSERT ON public.qm_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_node_credentials_history_upd on qm_node_credentials": """AFTER UPDATE ON public.qm_node_credentials REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{token_sha256}')""",
+    "qm_tokens_history on qm_tokens": """AFTER INSERT OR DELETE OR UPDATE ON public.qm_tokens FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_del on qm_tokens": """AFTER DELETE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_ins on qm_tokens": """AFTER INSERT ON public.qm_tokens REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
     "qm_tokens_history_truncate on qm_tokens": """BEFORE TRUNCATE ON public.qm_tokens FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Token', 'none', '{token_sha256}')""",
-    "qm_tokens_history_upd on qm_tokens": """AFTER UPDATE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
+    "qm_tokens_history_upd on qm_tokens": """AFTER UPDATE ON public.qm_tokens REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Token', 'none', '{token_sha256}')""",
     "qm_tokens_object on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_token_object()""",
     "qm_tokens_stamp on qm_tokens": """BEFORE INSERT OR UPDATE ON public.qm_tokens FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "replicasets_history on replicasets": """AFTER INSERT OR DELETE OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
-    "replicasets_history_del on replicasets": """AFTER DELETE ON public.replicasets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
-    "replicasets_history_ins on replicasets": """AFTER INSERT ON public.replicasets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history on replicasets": """AFTER INSERT OR DELETE OR UPDATE ON public.replicasets FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_del on replicasets": """AFTER DELETE ON public.replicasets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_ins on replicasets": """AFTER INSERT ON public.replicasets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_history_truncate on replicasets": """BEFORE TRUNCATE ON public.replicasets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ReplicaSet', 'none', '{}')""",
-    "replicasets_history_upd on replicasets": """AFTER UPDATE ON public.replicasets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
+    "replicasets_history_upd on replicasets": """AFTER UPDATE ON public.replicasets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ReplicaSet', 'none', '{}')""",
     "replicasets_stamp on replicasets": """BEFORE INSERT OR UPDATE ON public.replicasets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "reporting.namespace_access_history on reporting.namespace_access": """AFTER INSERT OR DELETE OR UPDATE ON reporting.namespace_access FOR EACH ROW EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
-    "reporting.namespace_access_history_del on reporting.namespace_access": """AFTER DELETE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
-    "reporting.namespace_access_history_ins on reporting.namespace_access": """AFTER INSERT ON reporting.namespace_access REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history on reporting.namespace_access": """AFTER INSERT OR DELETE OR UPDATE ON reporting.namespace_access FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_del on reporting.namespace_access": """AFTER DELETE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
+    "reporting.namespace_access_history_ins on reporting.namespace_access": """AFTER INSERT ON reporting.namespace_access REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
     "reporting.namespace_access_history_truncate on reporting.namespace_access": """BEFORE TRUNCATE ON reporting.namespace_access FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('role_name', '', 'none', '{}')""",
-    "reporting.namespace_access_history_upd on reporting.namespace_access": """AFTER UPDATE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
-    "resourcequotas_history on resourcequotas": """AFTER INSERT OR DELETE OR UPDATE ON public.resourcequotas FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
-    "resourcequotas_history_del on resourcequotas": """AFTER DELETE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
-    "resourcequotas_history_ins on resourcequotas": """AFTER INSERT ON public.resourcequotas REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
+    "reporting.namespace_access_history_upd on reporting.namespace_access": """AFTER UPDATE ON reporting.namespace_access REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('role_name', '', 'none', '{}')""",
+    "resourcequotas_history on resourcequotas": """AFTER INSERT OR DELETE OR UPDATE ON public.resourcequotas FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_del on resourcequotas": """AFTER DELETE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_ins on resourcequotas": """AFTER INSERT ON public.resourcequotas REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_history_truncate on resourcequotas": """BEFORE TRUNCATE ON public.resourcequotas FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ResourceQuota', 'none', '{}')""",
-    "resourcequotas_history_upd on resourcequotas": """AFTER UPDATE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
+    "resourcequotas_history_upd on resourcequotas": """AFTER UPDATE ON public.resourcequotas REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ResourceQuota', 'none', '{}')""",
     "resourcequotas_stamp on resourcequotas": """BEFORE INSERT OR UPDATE ON public.resourcequotas FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "rolebindings_history on rolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.rolebindings FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
-    "rolebindings_history_del on rolebindings": """AFTER DELETE ON public.rolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
-    "rolebindings_history_ins on rolebindings": """AFTER INSERT ON public.rolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history on rolebindings": """AFTER INSERT OR DELETE OR UPDATE ON public.rolebindings FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_del on rolebindings": """AFTER DELETE ON public.rolebindings REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_ins on rolebindings": """AFTER INSERT ON public.rolebindings REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
     "rolebindings_history_truncate on rolebindings": """BEFORE TRUNCATE ON public.rolebindings FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'RoleBinding', 'none', '{}')""",
-    "rolebindings_history_upd on rolebindings": """AFTER UPDATE ON public.rolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
+    "rolebindings_history_upd on rolebindings": """AFTER UPDATE ON public.rolebindings REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'RoleBinding', 'none', '{}')""",
     "rolebindings_stamp on rolebindings": """BEFORE INSERT OR UPDATE ON public.rolebindings FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "roles_history on roles": """AFTER INSERT OR DELETE OR UPDATE ON public.roles FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
-    "roles_history_del on roles": """AFTER DELETE ON public.roles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
-    "roles_history_ins on roles": """AFTER INSERT ON public.roles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
+    "roles_history on roles": """AFTER INSERT OR DELETE OR UPDATE ON public.roles FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
+    "roles_history_del on roles": """AFTER DELETE ON public.roles REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
+    "roles_history_ins on roles": """AFTER INSERT ON public.roles REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
     "roles_history_truncate on roles": """BEFORE TRUNCATE ON public.roles FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Role', 'none', '{}')""",
-    "roles_history_upd on roles": """AFTER UPDATE ON public.roles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
+    "roles_history_upd on roles": """AFTER UPDATE ON public.roles REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Role', 'none', '{}')""",
     "roles_stamp on roles": """BEFORE INSERT OR UPDATE ON public.roles FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "secrets_history on secrets": """AFTER INSERT OR DELETE OR UPDATE ON public.secrets FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
-    "secrets_history_del on secrets": """AFTER DELETE ON public.secrets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
-    "secrets_history_ins on secrets": """AFTER INSERT ON public.secrets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
+    "secrets_history on secrets": """AFTER INSERT OR DELETE OR UPDATE ON public.secrets FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_del on secrets": """AFTER DELETE ON public.secrets REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_ins on secrets": """AFTER INSERT ON public.secrets REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
     "secrets_history_truncate on secrets": """BEFORE TRUNCATE ON public.secrets FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Secret', 'none', '{}')""",
-    "secrets_history_upd on secrets": """AFTER UPDATE ON public.secrets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
+    "secrets_history_upd on secrets": """AFTER UPDATE ON public.secrets REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Secret', 'none', '{}')""",
     "secrets_stamp on secrets": """BEFORE INSERT OR UPDATE ON public.secrets FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "service_ip_range_history on service_ip_range": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ip_range FOR EACH ROW EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
-    "service_ip_range_history_del on service_ip_range": """AFTER DELETE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
-    "service_ip_range_history_ins on service_ip_range": """AFTER INSERT ON public.service_ip_range REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
+    "service_ip_range_history on service_ip_range": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ip_range FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
+    "service_ip_range_history_del on service_ip_range": """AFTER DELETE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
+    "service_ip_range_history_ins on service_ip_range": """AFTER INSERT ON public.service_ip_range REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
     "service_ip_range_history_truncate on service_ip_range": """BEFORE TRUNCATE ON public.service_ip_range FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('id', '', 'none', '{}')""",
-    "service_ip_range_history_upd on service_ip_range": """AFTER UPDATE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
-    "service_ips_history on service_ips": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ips FOR EACH ROW EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
-    "service_ips_history_del on service_ips": """AFTER DELETE ON public.service_ips REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
-    "service_ips_history_ins on service_ips": """AFTER INSERT ON public.service_ips REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
+    "service_ip_range_history_upd on service_ip_range": """AFTER UPDATE ON public.service_ip_range REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('id', '', 'none', '{}')""",
+    "service_ips_history on service_ips": """AFTER INSERT OR DELETE OR UPDATE ON public.service_ips FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
+    "service_ips_history_del on service_ips": """AFTER DELETE ON public.service_ips REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
+    "service_ips_history_ins on service_ips": """AFTER INSERT ON public.service_ips REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
     "service_ips_history_truncate on service_ips": """BEFORE TRUNCATE ON public.service_ips FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('ip', '', 'none', '{}')""",
-    "service_ips_history_upd on service_ips": """AFTER UPDATE ON public.service_ips REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
-    "serviceaccounts_history on serviceaccounts": """AFTER INSERT OR DELETE OR UPDATE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
-    "serviceaccounts_history_del on serviceaccounts": """AFTER DELETE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
-    "serviceaccounts_history_ins on serviceaccounts": """AFTER INSERT ON public.serviceaccounts REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
+    "service_ips_history_upd on service_ips": """AFTER UPDATE ON public.service_ips REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('ip', '', 'none', '{}')""",
+    "serviceaccounts_history on serviceaccounts": """AFTER INSERT OR DELETE OR UPDATE ON public.serviceaccounts FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_del on serviceaccounts": """AFTER DELETE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_ins on serviceaccounts": """AFTER INSERT ON public.serviceaccounts REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
     "serviceaccounts_history_truncate on serviceaccounts": """BEFORE TRUNCATE ON public.serviceaccounts FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'ServiceAccount', 'none', '{}')""",
-    "serviceaccounts_history_upd on serviceaccounts": """AFTER UPDATE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
+    "serviceaccounts_history_upd on serviceaccounts": """AFTER UPDATE ON public.serviceaccounts REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'ServiceAccount', 'none', '{}')""",
     "serviceaccounts_revoke on serviceaccounts": """BEFORE DELETE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_revoke_service_account_tokens()""",
     "serviceaccounts_stamp on serviceaccounts": """BEFORE INSERT OR UPDATE ON public.serviceaccounts FOR EACH ROW EXECUTE FUNCTION qm_stamp_row()""",
-    "services_history on services": """AFTER INSERT OR DELETE OR UPDATE ON public.services FOR EACH ROW EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
-    "services_history_del on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
-    "services_history_ins on services": """AFTER INSERT ON public.services REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
+    "services_history on services": """AFTER INSERT OR DELETE OR UPDATE ON public.services FOR EACH ROW WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) = ''::text)) EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
+    "services_history_del on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
+    "services_history_ins on services": """AFTER INSERT ON public.services REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
     "services_history_truncate on services": """BEFORE TRUNCATE ON public.services FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record('uid', 'Service', 'none', '{}')""",
-    "services_history_upd on services": """AFTER UPDATE ON public.services REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
+    "services_history_upd on services": """AFTER UPDATE ON public.services REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((COALESCE(current_setting('qm.contexts'::text, true), ''::text) <> ''::text)) EXECUTE FUNCTION qm_history_record_batch('uid', 'Service', 'none', '{}')""",
     "services_ip_insert on services": """BEFORE INSERT ON public.services FOR EACH ROW EXECUTE FUNCTION qm_service_ips_assign()""",
     "services_ip_release on services": """AFTER DELETE ON public.services REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION qm_service_ips_release()""",
     "services_ip_update on services": """BEFORE UPDATE OF spec ON public.services FOR EACH ROW WHEN ((((old.spec -> 'clusterIP'::text) IS DISTINCT FROM (new.spec -> 'clusterIP'::text)) OR ((old.spec -> 'clusterIPs'::text) IS DISTINCT FROM (new.spec -> 'clusterIPs'::text)) OR ((old.spec -> 'type'::text) IS DISTINCT FROM (new.spec -> 'type'::text)))) EXECUTE FUNCTION qm_service_ips_assign()""",
@@ -1320,46 +1347,48 @@ VIEWS: dict[str, str] = {
      LEFT JOIN nodes n ON (((n.namespace = ''::text) AND (n.name = p.node_name))))
   WHERE ((p.node_name IS NOT NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))
   GROUP BY p.namespace, COALESCE((ns.labels ->> 'quaymaster.io/team'::text), p.namespace), n.zone, p.node_name, n.machine_class""",
-    "reporting.change_summaries": """SELECT at,
-    table_name,
-    kind,
-    namespace,
-    summary_count AS writes,
-    after AS detail,
-    seq,
-    (hash IS NOT NULL) AS sealed
-   FROM qm_history h
-  WHERE (op = 'summary'::text)""",
-    "reporting.changes": """SELECT id,
-    at,
-    kind,
-    table_name,
-    namespace,
-    name,
-    uid,
-    op,
+    "reporting.change_summaries": """SELECT h.at,
+    h.table_name,
+    h.kind,
+    h.namespace,
+    h.summary_count AS writes,
+    h.after AS detail,
+    l.seq,
+    (l.seq IS NOT NULL) AS sealed
+   FROM (qm_history h
+     LEFT JOIN qm_history_links l ON (((l.id = h.id) AND (l.at = h.at))))
+  WHERE (h.op = 'summary'::text)""",
+    "reporting.changes": """SELECT h.id,
+    h.at,
+    h.kind,
+    h.table_name,
+    h.namespace,
+    h.name,
+    h.uid,
+    h.op,
         CASE
-            WHEN (op = 'update'::text) THEN ARRAY( SELECT jsonb_object_keys(COALESCE(h.after, '{}'::jsonb)) AS jsonb_object_keys
+            WHEN (h.op = 'update'::text) THEN ARRAY( SELECT jsonb_object_keys(COALESCE(h.after, '{}'::jsonb)) AS jsonb_object_keys
               ORDER BY (jsonb_object_keys(COALESCE(h.after, '{}'::jsonb))))
             ELSE NULL::text[]
         END AS changed_fields,
-    principal,
-    groups,
-    reason,
-    request_id,
-    verb,
-    subresource,
-    client_addr,
-    user_agent,
-    db_role,
-    application_name,
-    before,
-    after,
-    (xid)::text AS xid,
-    seq,
-    (hash IS NOT NULL) AS sealed
-   FROM qm_history h
-  WHERE (op <> 'summary'::text)""",
+    h.principal,
+    h.groups,
+    h.reason,
+    h.request_id,
+    h.verb,
+    h.subresource,
+    h.client_addr,
+    h.user_agent,
+    h.db_role,
+    h.application_name,
+    h.before,
+    h.after,
+    (h.xid)::text AS xid,
+    l.seq,
+    (l.seq IS NOT NULL) AS sealed
+   FROM (qm_history h
+     LEFT JOIN qm_history_links l ON (((l.id = h.id) AND (l.at = h.at))))
+  WHERE (h.op <> 'summary'::text)""",
     "reporting.disruption_budget_blocks": """SELECT b.namespace,
     b.name AS budget,
     b.uid AS budget_uid,
@@ -1891,10 +1920,12 @@ GRANTS: dict[str, str] = {
     "qm_bootstrap_tokens to qm_app: INSERT": """whole""",
     "qm_bootstrap_tokens to qm_app: SELECT": """whole""",
     "qm_bootstrap_tokens to qm_app: UPDATE": """whole""",
-    "qm_history to qm_reporting: SELECT": """after, application_name, at, before, client_addr, db_role, groups, hash, id, kind, name, namespace, op, principal, reason, request_id, seq, subresource, summary_count, table_name, uid, user_agent, verb, xid""",
+    "qm_history to qm_reporting: SELECT": """after, application_name, at, before, client_addr, db_role, groups, id, kind, name, namespace, op, principal, reason, request_id, subresource, summary_count, table_name, uid, user_agent, verb, xid""",
     "qm_history_anchors to qm_archivist: SELECT": """whole""",
     "qm_history_archive(timestamp with time zone) to qm_archivist: EXECUTE": """whole""",
     "qm_history_drop_archived(text,text) to qm_archivist: EXECUTE": """whole""",
+    "qm_history_links to qm_archivist: SELECT": """whole""",
+    "qm_history_links to qm_reporting: SELECT": """at, id, seq""",
     "qm_history_seal(integer) to qm_app: EXECUTE": """whole""",
     "qm_history_status() to qm_app: EXECUTE": """whole""",
     "qm_history_status() to qm_archivist: EXECUTE": """whole""",
@@ -2104,12 +2135,13 @@ INDEXES: dict[str, str] = {
     "qm_history_at": """CREATE INDEX qm_history_at ON ONLY public.qm_history USING brin (at)""",
     "qm_history_backfill_pkey": """CREATE UNIQUE INDEX qm_history_backfill_pkey ON public.qm_history_backfill USING btree (id)""",
     "qm_history_chain_pkey": """CREATE UNIQUE INDEX qm_history_chain_pkey ON public.qm_history_chain USING btree (id)""",
+    "qm_history_links_pkey": """CREATE UNIQUE INDEX qm_history_links_pkey ON public.qm_history_links USING btree (seq)""",
+    "qm_history_links_row": """CREATE UNIQUE INDEX qm_history_links_row ON public.qm_history_links USING btree (id, at)""",
     "qm_history_object": """CREATE INDEX qm_history_object ON ONLY public.qm_history USING btree (table_name, namespace, name, at)""",
     "qm_history_pkey": """CREATE UNIQUE INDEX qm_history_pkey ON ONLY public.qm_history USING btree (id, at)""",
     "qm_history_principal": """CREATE INDEX qm_history_principal ON ONLY public.qm_history USING btree (principal, at) WHERE (principal IS NOT NULL)""",
-    "qm_history_seq": """CREATE INDEX qm_history_seq ON ONLY public.qm_history USING btree (seq) WHERE (seq IS NOT NULL)""",
     "qm_history_tally_pkey": """CREATE UNIQUE INDEX qm_history_tally_pkey ON public.qm_history_tally USING btree (hour, table_name, namespace, backend)""",
-    "qm_history_unsealed": """CREATE INDEX qm_history_unsealed ON ONLY public.qm_history USING btree (id) WHERE (seq IS NULL)""",
+    "qm_history_xid": """CREATE INDEX qm_history_xid ON ONLY public.qm_history USING btree (xid, id)""",
     "qm_node_credentials_node": """CREATE INDEX qm_node_credentials_node ON public.qm_node_credentials USING btree (node_name)""",
     "qm_node_credentials_pkey": """CREATE UNIQUE INDEX qm_node_credentials_pkey ON public.qm_node_credentials USING btree (id)""",
     "qm_node_credentials_token_sha256_key": """CREATE UNIQUE INDEX qm_node_credentials_token_sha256_key ON public.qm_node_credentials USING btree (token_sha256)""",

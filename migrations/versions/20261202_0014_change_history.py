@@ -24,11 +24,12 @@ Create Date: 2026-12-02
   server's heartbeat) are counted in ``qm_history_tally`` (one row per hour, table, namespace
   and backend, so connections never wait on each other) and folded into one ``op = 'summary'``
   row per hour, table and namespace once the hour is over.
-* Append-only: ``qm_history_guard`` refuses UPDATE (but the sealer setting ``seq``/``hash``
-  once), DELETE and TRUNCATE. ``qm_history_seal(max_rows)`` chains committed, unsealed rows:
-  ``hash = sha256(previous hash || qm_history_canon(row))``; ``qm_history_verify()`` returns the
-  first broken link; ``qm_history_archive(before)`` detaches sealed months after recording an
-  anchor in ``qm_history_anchors``, from which verification then starts.
+* Append-only: ``qm_history_guard`` refuses UPDATE, DELETE and TRUNCATE, with no exception.
+  ``qm_history_seal(max_rows)`` chains committed rows in (xid, id) order by appending to
+  ``qm_history_links`` (seq, the row's id and at, ``hash = sha256(previous hash ||
+  qm_history_canon(row, seq))``), so no history row is ever rewritten; ``qm_history_verify()``
+  returns the first broken link; ``qm_history_archive(before)`` detaches sealed months after
+  recording an anchor in ``qm_history_anchors``, from which verification then starts.
 * The legacy ``qm_audit`` stays for the previous release (which still writes it): a row it
   inserts lends its user to the history row of the same write (``qm.contexts``), and the rows
   written before this revision are copied into the history in batches after the DDL commits.
@@ -76,8 +77,8 @@ TRACKED: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
 }
 
 HISTORY_TABLES = (
-    "qm_history", "qm_history_tally", "qm_history_chain", "qm_history_anchors",
-    "qm_history_backfill",
+    "qm_history", "qm_history_links", "qm_history_tally", "qm_history_chain",
+    "qm_history_anchors", "qm_history_backfill",
 )  # fmt: skip
 
 ROLES = """
@@ -99,7 +100,7 @@ CREATE SEQUENCE qm_history_id_seq AS bigint;
 CREATE TABLE qm_history (
   id bigint NOT NULL DEFAULT nextval('qm_history_id_seq'),
   at timestamptz NOT NULL DEFAULT statement_timestamp(),
-  xid xid8,
+  xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
   table_name text NOT NULL,
   kind text,
   namespace text,
@@ -119,8 +120,6 @@ CREATE TABLE qm_history (
   verb text,
   subresource text,
   summary_count bigint,
-  seq bigint,
-  hash bytea,
   PRIMARY KEY (id, at)
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE qm_history_id_seq OWNED BY qm_history.id;
@@ -130,11 +129,12 @@ ALTER TABLE qm_history_default ALTER COLUMN before SET STATISTICS 0,
 CREATE INDEX qm_history_object ON qm_history (table_name, namespace, name, at);
 CREATE INDEX qm_history_principal ON qm_history (principal, at) WHERE principal IS NOT NULL;
 CREATE INDEX qm_history_at ON qm_history USING brin (at);
-CREATE INDEX qm_history_seq ON qm_history (seq) WHERE seq IS NOT NULL;
-CREATE INDEX qm_history_unsealed ON qm_history (id) WHERE seq IS NULL;
+-- The sealer's order: rows past its cursor are the ones not chained yet.
+CREATE INDEX qm_history_xid ON qm_history (xid, id);
 COMMENT ON TABLE qm_history IS
   'Every insert, update and delete of a state table, with who (database role and application '
-  'principal), why and when; append-only, chained by SHA-256 (docs/history.md)';
+  'principal), why and when; append-only, chained by SHA-256 in qm_history_links '
+  '(docs/history.md)';
 COMMENT ON COLUMN qm_history.before IS
   'delete: the whole row; update: the old values of the top-level columns that changed';
 COMMENT ON COLUMN qm_history.after IS
@@ -142,9 +142,21 @@ COMMENT ON COLUMN qm_history.after IS
   'summary: the hour and the number of writes counted';
 COMMENT ON COLUMN qm_history.summary_count IS
   'op = summary: how many high-churn writes of that table and namespace the hour saw';
-COMMENT ON COLUMN qm_history.seq IS 'Position in the hash chain, set once by qm_history_seal';
-COMMENT ON COLUMN qm_history.hash IS
-  'sha256(previous hash || qm_history_canon(row)), set once by qm_history_seal';
+COMMENT ON COLUMN qm_history.xid IS
+  'The writing transaction (top level); the sealer chains rows in (xid, id) order';
+
+-- The hash chain, beside the history rather than in it, so no history row is ever updated:
+-- one narrow row per sealed history row, appended by qm_history_seal.
+CREATE TABLE qm_history_links (
+  seq bigint PRIMARY KEY,
+  id bigint NOT NULL,
+  at timestamptz NOT NULL,
+  hash bytea NOT NULL
+);
+CREATE UNIQUE INDEX qm_history_links_row ON qm_history_links (id, at);
+COMMENT ON TABLE qm_history_links IS
+  'The hash chain over qm_history: seq, the history row (id, at) and '
+  'sha256(previous hash || qm_history_canon(row, seq)); append-only';
 
 -- Summarised writes, counted per hour, table, namespace and backend: each backend has its own
 -- row, so two connections never wait on one counter.
@@ -164,9 +176,13 @@ CREATE TABLE qm_history_chain (
   id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1),
   last_seq bigint NOT NULL,
   last_hash bytea NOT NULL,
+  cursor_xid xid8 NOT NULL DEFAULT '0',
+  cursor_id bigint NOT NULL DEFAULT 0,
   sealed_at timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE qm_history_chain IS 'The tip of the hash chain: the last sealed seq and hash';
+COMMENT ON TABLE qm_history_chain IS
+  'The tip of the hash chain: the last sealed seq and hash, and the (xid, id) of the last '
+  'history row sealed (every row at or before it is sealed)';
 
 CREATE TABLE qm_history_anchors (
   id bigserial PRIMARY KEY,
@@ -258,12 +274,12 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   END
 $$;
 
--- The canonical text hashed for a row: a JSON array of every column but the hash, timestamps
--- in UTC, so the result does not depend on the session's settings.
-CREATE FUNCTION qm_history_canon(h qm_history) RETURNS text
+-- The canonical text hashed for a row: a JSON array of its seq in the chain and every column,
+-- timestamps in UTC, so the result does not depend on the session's settings.
+CREATE FUNCTION qm_history_canon(h qm_history, seq bigint) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT jsonb_build_array(
-    h.seq, h.id, to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    seq, h.id, to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
     h.xid::text, h.table_name, h.kind, h.namespace, h.name, h.uid, h.op, h.before, h.after,
     h.db_role, h.application_name, h.principal, to_jsonb(h.groups), h.request_id,
     h.client_addr, h.user_agent, h.reason, h.verb, h.subresource, h.summary_count)::text
@@ -274,19 +290,23 @@ $$;
 -- Row level rather than statement level with transition tables: nearly every write is one
 -- row, and a row trigger's statements are planned once per session, where the set-based
 -- statement over transition tables cost more per write than it saved (ADR 0052).
+-- A statement carrying many writers' contexts (qm.contexts) is recorded by
+-- qm_history_record_batch instead: the trigger's WHEN clause keeps this one from firing
+-- (without a function call) when the setting was there as the row was written.
+-- Kept lean, because it runs in every write: plpgsql initialises each expression it evaluates
+-- once per transaction, so the row image is built inline (the image function is called for
+-- Secrets only), the update's diff is one pass over the new image, and the context is parsed
+-- once (groups only when present).
 CREATE FUNCTION qm_history_record() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
   v_old jsonb;
-  v_new jsonb;
   v_row jsonb;
   v_before jsonb;
   v_after jsonb;
   v_ctx jsonb;
-  v_ns text;
-  v_name text;
-  v_churn boolean;
   v_text text;
+  v_groups text[];
 BEGIN
   IF TG_OP = 'TRUNCATE' THEN
     -- Every row about to go is recorded as deleted.
@@ -307,55 +327,71 @@ BEGIN
     USING v_ctx;
     RETURN NULL;
   END IF;
-  -- A statement carrying many writers' contexts is recorded by qm_history_record_batch, once
-  -- for all its rows: parsing the whole map again for every row would cost O(rows^2).
+  -- Checked again when firing: a statement can set qm.contexts after its rows were queued (the
+  -- previous release's qm_audit insert does), and then the statement triggers record them.
   IF current_setting('qm.contexts', true) <> '' THEN
     RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN
-    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
-    v_after := v_new;
-    v_row := v_new;
-    v_churn := TG_ARGV[2] = 'all';
-  ELSIF TG_OP = 'DELETE' THEN
-    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
-    v_before := v_old;
-    v_row := v_old;
-    v_churn := TG_ARGV[2] = 'all';
+    v_row := to_jsonb(NEW);
   ELSE
-    v_old := public.qm_history_image(TG_TABLE_NAME, to_jsonb(OLD), TG_ARGV[3]::text[]);
-    v_new := public.qm_history_image(TG_TABLE_NAME, to_jsonb(NEW), TG_ARGV[3]::text[]);
-    v_row := v_new;
-    -- Only the top-level columns that changed, old values before and new after.
-    SELECT coalesce(jsonb_object_agg(o.key, o.value), '{}'),
-           coalesce(jsonb_object_agg(o.key, n.value), '{}')
-      INTO v_before, v_after
-      FROM jsonb_each(v_old) AS o JOIN jsonb_each(v_new) AS n ON n.key = o.key
-     WHERE o.value IS DISTINCT FROM n.value;
-    v_churn := coalesce(public.qm_history_churn(TG_ARGV[2], v_before, v_after), false);
+    v_row := to_jsonb(OLD);
   END IF;
-  v_ns := coalesce(v_row ->> 'namespace', '');
-  v_name := coalesce(v_row ->> 'name', v_row ->> TG_ARGV[0]);
-  IF v_churn THEN
-    -- Counted, not stored: this backend's own row for the hour, so no two connections wait.
+  IF TG_ARGV[3] <> '{}' THEN
+    v_row := v_row - TG_ARGV[3]::text[];
+  END IF;
+  IF TG_TABLE_NAME = 'secrets' THEN
+    v_row := public.qm_history_image('secrets', v_row, '{}');
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    v_after := v_row;
+  ELSIF TG_OP = 'DELETE' THEN
+    v_before := v_row;
+  ELSE
+    v_old := v_row;
+    v_row := to_jsonb(NEW);
+    IF TG_ARGV[3] <> '{}' THEN
+      v_row := v_row - TG_ARGV[3]::text[];
+    END IF;
+    IF TG_TABLE_NAME = 'secrets' THEN
+      v_row := public.qm_history_image('secrets', v_row, '{}');
+    END IF;
+    SELECT coalesce(jsonb_object_agg(n.key, v_old -> n.key), '{}'),
+           coalesce(jsonb_object_agg(n.key, n.value), '{}')
+      INTO v_before, v_after
+      FROM jsonb_each(v_row) AS n
+     WHERE n.value IS DISTINCT FROM v_old -> n.key;
+  END IF;
+  -- Counted, not stored: this backend's own row for the hour, so no two connections wait.
+  IF TG_ARGV[2] = 'all' OR (TG_ARGV[2] <> 'none' AND TG_OP = 'UPDATE'
+     AND coalesce(public.qm_history_churn(TG_ARGV[2], v_before, v_after), false)) THEN
     INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)
-    VALUES (date_trunc('hour', statement_timestamp(), 'UTC'), TG_TABLE_NAME, v_ns,
-            pg_backend_pid(), nullif(TG_ARGV[1], ''), 1)
+    VALUES (date_trunc('hour', statement_timestamp(), 'UTC'), TG_TABLE_NAME,
+            coalesce(v_row ->> 'namespace', ''), pg_backend_pid(), nullif(TG_ARGV[1], ''), 1)
     ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1;
     RETURN NULL;
   END IF;
-  -- The setting is looked at before it is parsed: most writes carry one, a DBA's none.
+  -- The setting is looked at before it is parsed: most writes carry one, a DBA's none. A value
+  -- that is not a JSON object is kept as the reason rather than failing the write.
   v_text := current_setting('qm.context', true);
   IF v_text <> '' THEN
-    v_ctx := public.qm_history_context('qm.context');
+    IF pg_input_is_valid(v_text, 'jsonb') THEN
+      v_ctx := v_text::jsonb;
+    END IF;
+    IF jsonb_typeof(v_ctx) IS DISTINCT FROM 'object' THEN
+      v_ctx := jsonb_build_object('reason', 'unreadable qm.context: ' || left(v_text, 200));
+    ELSIF jsonb_typeof(v_ctx -> 'groups') = 'array' THEN
+      v_groups := ARRAY(SELECT jsonb_array_elements_text(v_ctx -> 'groups'));
+    END IF;
   END IF;
   INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before, after,
     db_role, application_name, principal, groups, request_id, client_addr, user_agent, reason,
     verb, subresource)
-  VALUES (pg_current_xact_id(), TG_TABLE_NAME, nullif(TG_ARGV[1], ''), v_ns, v_name,
+  VALUES (pg_current_xact_id(), TG_TABLE_NAME, nullif(TG_ARGV[1], ''),
+          coalesce(v_row ->> 'namespace', ''), coalesce(v_row ->> 'name', v_row ->> TG_ARGV[0]),
           (v_row ->> 'uid')::uuid, lower(TG_OP), v_before, v_after, session_user,
           current_setting('application_name'), public.qm_history_str(v_ctx, 'principal'),
-          public.qm_history_groups(v_ctx), public.qm_history_str(v_ctx, 'request_id'),
+          v_groups, public.qm_history_str(v_ctx, 'request_id'),
           public.qm_history_str(v_ctx, 'client'), public.qm_history_str(v_ctx, 'user_agent'),
           public.qm_history_str(v_ctx, 'reason'), public.qm_history_str(v_ctx, 'verb'),
           public.qm_history_str(v_ctx, 'subresource'));
@@ -478,23 +514,9 @@ END
 $$;
 
 
--- Append-only: no DELETE or TRUNCATE, and no UPDATE but the sealer setting seq and hash once.
+-- Append-only, history and chain alike: no UPDATE, DELETE or TRUNCATE, by anyone.
 CREATE FUNCTION qm_history_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF TG_OP = 'UPDATE' AND current_setting('qm.sealing', true) = 'on'
-     AND OLD.seq IS NULL AND OLD.hash IS NULL
-     AND NEW.seq IS NOT NULL AND NEW.hash IS NOT NULL
-     AND (NEW.id, NEW.at, NEW.xid, NEW.table_name, NEW.kind, NEW.namespace, NEW.name, NEW.uid,
-          NEW.op, NEW.before, NEW.after, NEW.db_role, NEW.application_name, NEW.principal,
-          NEW.groups, NEW.request_id, NEW.client_addr, NEW.user_agent, NEW.reason, NEW.verb,
-          NEW.subresource, NEW.summary_count)
-         IS NOT DISTINCT FROM
-         (OLD.id, OLD.at, OLD.xid, OLD.table_name, OLD.kind, OLD.namespace, OLD.name, OLD.uid,
-          OLD.op, OLD.before, OLD.after, OLD.db_role, OLD.application_name, OLD.principal,
-          OLD.groups, OLD.request_id, OLD.client_addr, OLD.user_agent, OLD.reason, OLD.verb,
-          OLD.subresource, OLD.summary_count) THEN
-    RETURN NEW;
-  END IF;
   RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
     MESSAGE = format('the change history is append-only (%s on %s refused)', TG_OP, TG_TABLE_NAME);
 END
@@ -575,19 +597,28 @@ BEGIN
 END
 $$;
 
--- Chain up to ``max_rows`` committed, unsealed rows (in id order) onto the tip. One sealer at a
--- time (an advisory lock; a second caller returns 0 at once). Also folds finished hours and
--- makes next month's partition when it is missing. Returns the number of rows sealed.
+-- Chain up to ``max_rows`` committed, unsealed rows onto the tip, appending one link each to
+-- qm_history_links: history rows are never updated. Rows are taken in (xid, id) order past the
+-- cursor the tip keeps, and only those of transactions older than the oldest one still
+-- running: such a transaction has ended, so its rows (if it committed) are all visible and no
+-- row can ever appear before the cursor. A long-running write transaction anywhere on the
+-- server therefore holds sealing back until it ends (the lag metric shows it). One sealer at
+-- a time (an advisory lock; a second caller returns 0 at once). Also folds finished hours
+-- (sealed by the next call: they belong to this transaction) and makes next month's partition
+-- when it is missing. Returns the number of rows sealed.
 CREATE FUNCTION qm_history_seal(max_rows integer DEFAULT 5000) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 DECLARE
   tip qm_history_chain;
-  r qm_history;
+  r record;
   s bigint;
   h bytea;
+  v_xmin xid8;
+  v_xid xid8;
+  v_id bigint;
+  seqs bigint[] := '{}';
   ids bigint[] := '{}';
   ats timestamptz[] := '{}';
-  seqs bigint[] := '{}';
   hashes bytea[] := '{}';
   v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
@@ -607,44 +638,54 @@ BEGIN
   END IF;
   PERFORM qm_history_fold();
   SELECT * INTO STRICT tip FROM qm_history_chain WHERE id = 1 FOR UPDATE;
+  -- Taken before the rows are read (the next statement's snapshot sees every row of the
+  -- transactions below it that committed).
+  v_xmin := pg_snapshot_xmin(pg_current_snapshot());
   s := tip.last_seq;
   h := tip.last_hash;
-  FOR r IN SELECT * FROM qm_history WHERE seq IS NULL ORDER BY id LIMIT max_rows LOOP
+  v_xid := tip.cursor_xid;
+  v_id := tip.cursor_id;
+  FOR r IN SELECT q AS q, q.xid, q.id, q.at FROM qm_history AS q
+            WHERE (q.xid, q.id) > (tip.cursor_xid, tip.cursor_id) AND q.xid < v_xmin
+            ORDER BY q.xid, q.id LIMIT max_rows LOOP
     s := s + 1;
-    r.seq := s;
-    h := sha256(h || convert_to(qm_history_canon(r), 'UTF8'));
+    h := sha256(h || convert_to(qm_history_canon(r.q, s), 'UTF8'));
+    seqs := seqs || s;
     ids := ids || r.id;
     ats := ats || r.at;
-    seqs := seqs || s;
     hashes := hashes || h;
+    v_xid := r.xid;
+    v_id := r.id;
   END LOOP;
   IF s = tip.last_seq THEN
     RETURN 0;
   END IF;
-  PERFORM set_config('qm.sealing', 'on', true);
-  UPDATE qm_history AS q SET seq = u.seq, hash = u.hash
-    FROM unnest(ids, ats, seqs, hashes) AS u(id, at, seq, hash)
-   WHERE q.id = u.id AND q.at = u.at;
-  PERFORM set_config('qm.sealing', '', true);
-  UPDATE qm_history_chain SET last_seq = s, last_hash = h, sealed_at = now() WHERE id = 1;
+  INSERT INTO qm_history_links (seq, id, at, hash)
+    SELECT * FROM unnest(seqs, ids, ats, hashes);
+  UPDATE qm_history_chain SET last_seq = s, last_hash = h, cursor_xid = v_xid,
+         cursor_id = v_id, sealed_at = now()
+   WHERE id = 1;
   RETURN s - tip.last_seq;
 END
 $$;
 
--- The first broken link of the chain from the latest anchor, or no row: a row whose hash does
--- not follow from its content and the previous hash, a gap or repeat in seq, or a tip shorter
--- than the one recorded.
+-- The first broken link of the chain from the latest anchor, or no row: a link whose history
+-- row does not hash to it with the previous hash (changed after sealing), a link whose row is
+-- gone, a gap or repeat in seq, a row behind the sealer's cursor that no link chains (added
+-- with triggers bypassed), or a tip shorter than the one recorded.
 CREATE FUNCTION qm_history_verify()
 RETURNS TABLE (seq bigint, id bigint, at timestamptz, problem text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
   WITH a AS (
     SELECT last_seq, last_hash FROM qm_history_anchors ORDER BY last_seq DESC LIMIT 1
   ), r AS (
-    SELECT h.seq, h.id, h.at, h.hash, qm_history_canon(h) AS c,
-           lag(h.seq) OVER w AS prev_seq, lag(h.hash) OVER w AS prev_hash
-      FROM qm_history AS h
-     WHERE h.seq > (SELECT last_seq FROM a)
-    WINDOW w AS (ORDER BY h.seq, h.id)
+    SELECT l.seq, l.id, l.at, l.hash, h.id IS NULL AS gone,
+           CASE WHEN h.id IS NOT NULL THEN qm_history_canon(h, l.seq) END AS c,
+           lag(l.seq) OVER w AS prev_seq, lag(l.hash) OVER w AS prev_hash
+      FROM qm_history_links AS l
+      LEFT JOIN qm_history AS h ON h.id = l.id AND h.at = l.at
+     WHERE l.seq > (SELECT last_seq FROM a)
+    WINDOW w AS (ORDER BY l.seq)
   ), bad AS (
     SELECT r.seq, r.id, r.at, CASE
         WHEN coalesce(r.prev_seq, a.last_seq) <> r.seq - 1 THEN
@@ -652,23 +693,36 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
                THEN 'seq ' || r.seq || ' appears twice'
                ELSE format('rows with seq %s to %s are missing',
                            coalesce(r.prev_seq, a.last_seq) + 1, r.seq - 1) END
+        WHEN r.gone THEN 'the row is gone: it was removed after it was sealed'
         WHEN r.hash IS DISTINCT FROM sha256(coalesce(r.prev_hash, a.last_hash)
                                             || convert_to(r.c, 'UTF8')) THEN
           'the row does not match its hash: it was changed after it was sealed'
       END AS problem
       FROM r CROSS JOIN a
+  ), stray AS (
+    SELECT NULL::bigint AS seq, h.id, h.at,
+           'the row is not in the chain though sealing has passed it: it was added with the '
+           || 'guards bypassed' AS problem
+      FROM qm_history AS h CROSS JOIN qm_history_chain AS c
+     WHERE (h.xid, h.id) <= (c.cursor_xid, c.cursor_id)
+       AND h.at >= coalesce((SELECT max(x.before) FROM qm_history_anchors AS x), '-infinity')
+       AND NOT EXISTS (SELECT FROM qm_history_links AS l WHERE l.id = h.id AND l.at = h.at)
+     ORDER BY h.id
+     LIMIT 1
   ), tail AS (
     SELECT NULL::bigint AS seq, NULL::bigint AS id, NULL::timestamptz AS at,
            format('the chain ends at seq %s but seq %s was sealed',
-                  coalesce(max(h.seq), a.last_seq), c.last_seq) AS problem
+                  coalesce(max(l.seq), a.last_seq), c.last_seq) AS problem
       FROM qm_history_chain AS c CROSS JOIN a
-      LEFT JOIN qm_history AS h ON h.seq > a.last_seq
+      LEFT JOIN qm_history_links AS l ON l.seq > a.last_seq
      GROUP BY c.last_seq, a.last_seq
-    HAVING coalesce(max(h.seq), a.last_seq) < c.last_seq
+    HAVING coalesce(max(l.seq), a.last_seq) < c.last_seq
   )
   SELECT * FROM (SELECT * FROM bad WHERE problem IS NOT NULL ORDER BY seq LIMIT 1) AS first
   UNION ALL
   SELECT * FROM tail
+  UNION ALL
+  SELECT * FROM stray
   LIMIT 1
 $$;
 
@@ -676,11 +730,12 @@ $$;
 CREATE FUNCTION qm_history_status(OUT sealed_seq bigint, OUT anchor_seq bigint,
   OUT unsealed bigint, OUT oldest_unsealed timestamptz, OUT tip_hash text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-  SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors),
-         (SELECT count(*) FROM qm_history WHERE seq IS NULL),
-         (SELECT min(at) FROM qm_history WHERE seq IS NULL),
+  SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors), u.n, u.oldest,
          encode(c.last_hash, 'hex')
     FROM qm_history_chain AS c
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n, min(h.at) AS oldest FROM qm_history AS h
+       WHERE (h.xid, h.id) > (c.cursor_xid, c.cursor_id)) AS u
 $$;
 
 -- Retention: detach every monthly partition that ends at or before ``before``, provided all
@@ -708,16 +763,16 @@ BEGIN
   IF v_parts IS NULL THEN
     RAISE EXCEPTION 'no history partition ends at or before %', before;
   END IF;
-  IF EXISTS (SELECT FROM qm_history AS h WHERE h.at < v_end AND h.seq IS NULL) THEN
+  IF EXISTS (SELECT FROM qm_history AS h CROSS JOIN qm_history_chain AS c
+              WHERE h.at < v_end AND (h.xid, h.id) > (c.cursor_xid, c.cursor_id)) THEN
     RAISE EXCEPTION 'refused: the history partitions to archive hold rows not sealed yet';
   END IF;
-  SELECT h.seq, h.hash INTO v_seq, v_hash FROM qm_history AS h
-   WHERE h.at < v_end ORDER BY h.seq DESC LIMIT 1;
+  SELECT l.seq, l.hash INTO v_seq, v_hash FROM qm_history_links AS l
+   WHERE l.at < v_end ORDER BY l.seq DESC LIMIT 1;
   IF v_seq IS NULL THEN
     RAISE EXCEPTION 'refused: the history partitions to archive are empty; nothing to anchor';
   END IF;
-  IF EXISTS (SELECT FROM qm_history AS h
-              WHERE h.at >= v_end AND h.seq IS NOT NULL AND h.seq < v_seq) THEN
+  IF EXISTS (SELECT FROM qm_history_links AS l WHERE l.at >= v_end AND l.seq < v_seq) THEN
     RAISE EXCEPTION 'refused: rows that stay were sealed before seq %, the last to archive',
       v_seq;
   END IF;
@@ -771,9 +826,15 @@ CREATE TRIGGER qm_history_no_truncate BEFORE TRUNCATE ON qm_history
   FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard();
 CREATE TRIGGER qm_history_default_guard BEFORE TRUNCATE ON qm_history_default
   FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard();
+CREATE TRIGGER qm_history_links_append_only BEFORE UPDATE OR DELETE ON qm_history_links
+  FOR EACH ROW EXECUTE FUNCTION qm_history_guard();
+CREATE TRIGGER qm_history_links_no_truncate BEFORE TRUNCATE ON qm_history_links
+  FOR EACH STATEMENT EXECUTE FUNCTION qm_history_guard();
 ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_append_only;
 ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_no_truncate;
 ALTER TABLE qm_history_default ENABLE ALWAYS TRIGGER qm_history_default_guard;
+ALTER TABLE qm_history_links ENABLE ALWAYS TRIGGER qm_history_links_append_only;
+ALTER TABLE qm_history_links ENABLE ALWAYS TRIGGER qm_history_links_no_truncate;
 """
 
 LEGACY_TRIGGER = """
@@ -787,8 +848,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO qm_app;
 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO qm_app;
 REVOKE UPDATE, DELETE ON qm_audit FROM qm_app;
 REVOKE INSERT, UPDATE, DELETE ON alembic_version FROM qm_app;
-REVOKE ALL ON qm_history, qm_history_default, qm_history_tally, qm_history_chain,
-  qm_history_anchors, qm_history_backfill FROM qm_app, PUBLIC;
+REVOKE ALL ON qm_history, qm_history_default, qm_history_links, qm_history_tally,
+  qm_history_chain, qm_history_anchors, qm_history_backfill FROM qm_app, PUBLIC;
 REVOKE ALL ON SEQUENCE qm_history_id_seq, qm_history_anchors_id_seq FROM qm_app, PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public
   GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO qm_app;
@@ -802,7 +863,7 @@ GRANT EXECUTE ON FUNCTION qm_history_seal(integer), qm_history_verify(), qm_hist
   TO qm_app;
 GRANT EXECUTE ON FUNCTION qm_history_verify(), qm_history_status(),
   qm_history_archive(timestamptz), qm_history_drop_archived(text, text) TO qm_archivist;
-GRANT SELECT ON qm_history_anchors TO qm_archivist;
+GRANT SELECT ON qm_history_anchors, qm_history_links TO qm_archivist;
 """
 
 # Partitions for every month the legacy audit rows cover, this month and the next two.
@@ -890,7 +951,7 @@ $$;
 """
     )
     # The canonical form takes the table's row type; the partitions' guards need the guard.
-    op.execute("DROP FUNCTION IF EXISTS qm_history_canon(qm_history)")
+    op.execute("DROP FUNCTION IF EXISTS qm_history_canon(qm_history, bigint)")
     op.execute("DROP TABLE IF EXISTS " + ", ".join(HISTORY_TABLES))
     op.execute(
         "DROP FUNCTION IF EXISTS qm_history_legacy_context(), "

@@ -82,9 +82,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "qm_history": (
         "id", "at", "xid", "table_name", "kind", "namespace", "name", "uid", "op", "before",
         "after", "db_role", "application_name", "principal", "groups", "request_id",
-        "client_addr", "user_agent", "reason", "verb", "subresource", "summary_count", "seq",
-        "hash",
+        "client_addr", "user_agent", "reason", "verb", "subresource", "summary_count",
     ),
+    # The hash chain (migration 0014): a history row's place in it, no content.
+    "qm_history_links": ("seq", "id", "at"),
 }  # fmt: skip
 
 # Row-level security: table -> the column holding the namespace a row belongs to. Nodes are
@@ -759,8 +760,9 @@ SELECT h.id, h.at, h.kind, h.table_name, h.namespace, h.name, h.uid, h.op,
        END AS changed_fields,
        h.principal, h.groups, h.reason, h.request_id, h.verb, h.subresource, h.client_addr,
        h.user_agent, h.db_role, h.application_name, h.before, h.after, h.xid::text AS xid,
-       h.seq, h.hash IS NOT NULL AS sealed
+       l.seq, l.seq IS NOT NULL AS sealed
   FROM qm_history AS h
+  LEFT JOIN qm_history_links AS l ON l.id = h.id AND l.at = h.at
  WHERE h.op <> 'summary'
 """,
     {
@@ -797,8 +799,9 @@ CHANGE_SUMMARIES: View = (
     "heartbeats) counted per hour instead of kept row by row",
     """
 SELECT h.at, h.table_name, h.kind, h.namespace, h.summary_count AS writes, h.after AS detail,
-       h.seq, h.hash IS NOT NULL AS sealed
+       l.seq, l.seq IS NOT NULL AS sealed
   FROM qm_history AS h
+  LEFT JOIN qm_history_links AS l ON l.id = h.id AND l.at = h.at
  WHERE h.op = 'summary'
 """,
     {

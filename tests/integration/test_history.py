@@ -46,7 +46,12 @@ def db(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 def rows(db: psycopg.Connection[Any], where: str, *params: Any) -> list[dict[str, Any]]:
     cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    return cur.execute(f"SELECT * FROM qm_history WHERE {where} ORDER BY id", params).fetchall()
+    return cur.execute(
+        "SELECT * FROM (SELECT h.*, l.seq, l.hash FROM qm_history AS h"
+        " LEFT JOIN qm_history_links AS l ON l.id = h.id AND l.at = h.at) AS r"
+        f" WHERE {where} ORDER BY id",
+        params,
+    ).fetchall()
 
 
 def name() -> str:
@@ -197,6 +202,8 @@ def test_the_application_role_cannot_alter_the_history(
             "TRUNCATE qm_history",
             "INSERT INTO qm_history (table_name, op) VALUES ('pods', 'insert')",
             "UPDATE qm_history_chain SET last_seq = 0",
+            "SELECT count(*) FROM qm_history_links",
+            "DELETE FROM qm_history_links",
             "DELETE FROM qm_history_tally",
             "SELECT * FROM qm_history_archive(now())",
         ):
@@ -217,10 +224,14 @@ def test_even_the_owner_cannot_update_delete_or_truncate_the_history(
     db: psycopg.Connection[Any],
 ) -> None:
     insert_namespace(db, name())
+    history.seal_all(db)
     for statement in (
         "UPDATE qm_history SET reason = 'x'",
         "DELETE FROM qm_history",
         "TRUNCATE qm_history",
+        "UPDATE qm_history_links SET hash = NULL",
+        "DELETE FROM qm_history_links",
+        "TRUNCATE qm_history_links",
     ):
         with pytest.raises(errors.InsufficientPrivilege, match="append-only"):
             db.execute(statement)
@@ -266,7 +277,7 @@ def test_a_row_changed_after_sealing_is_named_by_verify(
     assert history.verify(db) is None
 
 
-def test_a_row_removed_after_sealing_is_a_gap(db: psycopg.Connection[Any]) -> None:
+def test_a_row_removed_after_sealing_is_named_by_verify(db: psycopg.Connection[Any]) -> None:
     ns = name()
     insert_namespace(db, ns)
     db.execute('UPDATE namespaces SET labels = \'{"b": "1"}\' WHERE name = %s', (ns,))
@@ -278,11 +289,62 @@ def test_a_row_removed_after_sealing_is_a_gap(db: psycopg.Connection[Any]) -> No
         db.execute("DELETE FROM qm_history WHERE id = %s", (first["id"],))
         db.execute("ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_append_only")
     broken = history.verify(db)
-    assert broken is not None and broken.seq == first["seq"] + 1
-    assert f"seq {first['seq']} to {first['seq']} are missing" in broken.problem
+    assert broken is not None and (broken.seq, broken.id) == (first["seq"], first["id"])
+    assert "removed after it was sealed" in broken.problem
     # Put the row back as it was, so the chain holds again.
     db.execute("INSERT INTO qm_history SELECT * FROM saved")
     assert history.verify(db) is None
+    # A link removed from the chain is a gap.
+    db.execute("CREATE TEMP TABLE saved_link AS SELECT * FROM qm_history_links WHERE seq = %s",
+               (first["seq"],))  # fmt: skip
+    with db.transaction():
+        db.execute("ALTER TABLE qm_history_links DISABLE TRIGGER qm_history_links_append_only")
+        db.execute("DELETE FROM qm_history_links WHERE seq = %s", (first["seq"],))
+        db.execute(
+            "ALTER TABLE qm_history_links ENABLE ALWAYS TRIGGER qm_history_links_append_only"
+        )
+    broken = history.verify(db)
+    assert broken is not None and broken.seq == first["seq"] + 1
+    assert f"seq {first['seq']} to {first['seq']} are missing" in broken.problem
+    db.execute("INSERT INTO qm_history_links SELECT * FROM saved_link")
+    assert history.verify(db) is None
+
+
+def test_a_row_added_behind_the_sealer_is_named_by_verify(db: psycopg.Connection[Any]) -> None:
+    insert_namespace(db, name())
+    history.seal_all(db)
+    # A row slipped in with an xid the sealer has already passed (only a superuser can).
+    db.execute(
+        "INSERT INTO qm_history (xid, table_name, op, db_role) VALUES ('1', 'pods', 'delete', 'x')"
+    )
+    stray = db.execute("SELECT max(id) FROM qm_history").fetchone()
+    assert stray is not None
+    history.seal_all(db)
+    broken = history.verify(db)
+    assert broken is not None and (broken.seq, broken.id) == (None, stray[0])
+    assert "not in the chain" in broken.problem
+    with db.transaction():
+        db.execute("ALTER TABLE qm_history DISABLE TRIGGER qm_history_append_only")
+        db.execute("DELETE FROM qm_history WHERE id = %s", (stray[0],))
+        db.execute("ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_append_only")
+    assert history.verify(db) is None
+
+
+def test_sealing_never_updates_a_history_row(db: psycopg.Connection[Any]) -> None:
+    for _ in range(3):
+        insert_namespace(db, name())
+    db.execute("SELECT pg_stat_force_next_flush()")
+    before = db.execute(
+        "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables"
+        " WHERE relname ~ '^qm_history_([0-9]{6}|default)$'"
+    ).fetchone()
+    assert history.seal_all(db) >= 3
+    db.execute("SELECT pg_stat_force_next_flush()")
+    after = db.execute(
+        "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables"
+        " WHERE relname ~ '^qm_history_([0-9]{6}|default)$'"
+    ).fetchone()
+    assert before == after
 
 
 def test_lease_renewals_and_status_only_writes_are_counted_not_stored(

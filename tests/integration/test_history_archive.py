@@ -110,7 +110,11 @@ def test_retention_archives_sealed_months_and_the_rest_still_verifies(
     # The first row after the anchor, changed, is still caught.
     with db.transaction():
         db.execute("ALTER TABLE qm_history DISABLE TRIGGER qm_history_append_only")
-        db.execute("UPDATE qm_history SET name = 'x' WHERE seq = %s", (anchor_seq + 1,))
+        db.execute(
+            "UPDATE qm_history SET name = 'x'"
+            " WHERE id = (SELECT id FROM qm_history_links WHERE seq = %s)",
+            (anchor_seq + 1,),
+        )
         db.execute("ALTER TABLE qm_history ENABLE ALWAYS TRIGGER qm_history_append_only")
     broken = history.verify(db)
     assert broken is not None and broken.seq == anchor_seq + 1
