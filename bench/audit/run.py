@@ -18,7 +18,8 @@ context on every write, as the API and the controllers write.
 * **Bytes per pod lifecycle.** ``--pods`` pods each go through create, bind (``spec.nodeName``),
   Running, Ready and delete (graceful: marked deleting, then removed). Reported: history rows
   and their bytes (``pg_column_size``) per lifecycle, and the growth on disk of the history
-  (heap and indexes) per lifecycle before and after sealing and ``VACUUM``.
+  (heap and indexes, and the chain's links) per lifecycle before and after sealing and
+  ``VACUUM``.
 * **Growth per hour for ``--nodes`` hollow nodes renewing leases.** Every node's lease in
   ``kube-node-lease`` is renewed ``--renewals`` times by ``--writers`` connections; the rows the
   history gained, the counting rows (``qm_history_tally``), and the summary rows once the hour
@@ -92,9 +93,10 @@ def history_triggers(db: psycopg.Connection[Any], on: bool) -> None:
 
 
 def relation_bytes(db: psycopg.Connection[Any]) -> int:
-    """Heap, TOAST and indexes of every history partition."""
+    """Heap, TOAST and indexes of every history partition and of the chain's links."""
     row = db.execute(
-        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i"
+        "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)"
+        " + pg_total_relation_size('qm_history_links') FROM pg_inherits i"
         " WHERE i.inhparent = 'qm_history'::regclass"
     ).fetchone()
     return int(row[0]) if row else 0
