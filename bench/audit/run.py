@@ -103,8 +103,10 @@ def relation_bytes(db: psycopg.Connection[Any]) -> int:
 
 
 def server_cpu_s(postmaster: int | None) -> float:
-    """CPU seconds used so far by the server's processes (the postmaster's children, live
-    ones: backends of the bench's pool live through a round). 0 without an embedded server."""
+    """CPU seconds used so far by the server: the postmaster, its live children, and (the
+    postmaster's cutime and cstime) its children that exited and were reaped, such as the
+    previous round's sealer connection or an autovacuum worker. 0 without an embedded
+    server."""
     if postmaster is None:
         return 0.0
     tick, total = os.sysconf("SC_CLK_TCK"), 0
@@ -115,8 +117,10 @@ def server_cpu_s(postmaster: int | None) -> float:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == postmaster or int(entry) == postmaster:
+        if int(fields[1]) == postmaster:
             total += int(fields[11]) + int(fields[12])
+        elif int(entry) == postmaster:
+            total += sum(int(f) for f in fields[11:15])
     return total / tick
 
 
