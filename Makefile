@@ -17,6 +17,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := chromium pgbouncer runc postgresql-client busybox-static iproute2
 PYTEST_ARGS ?=
+# A chosen subset run a second time through PgBouncer (transaction pooling, as qm_app).
+PGBOUNCER_TESTS := tests/e2e/test_rbac_api.py tests/e2e/test_tokens_api.py tests/e2e/test_cli.py \
+  tests/integration/test_eviction.py tests/integration/test_watch_correctness.py
 
 .PHONY: help install deps up lint test test-fast bench
 
@@ -61,13 +64,15 @@ lint: install
 
 # pytest exits 5 when it collected no tests: that is a failure too.
 define pytest
-	@rc=0; $(BIN)/pytest $(1) || rc=$$?; \
+	@rc=0; $(2) $(BIN)/pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
 	exit $$rc
 endef
 
 test: deps install lint
 	$(call pytest,tests $(PYTEST_ARGS))
+	@echo "The API's tests again, with the API servers and workers behind a real PgBouncer:"
+	$(call pytest,$(PGBOUNCER_TESTS) $(PYTEST_ARGS),QM_TEST_PGBOUNCER=1)
 
 test-fast: install
 	$(call pytest,tests -m "not slow" $(PYTEST_ARGS))
