@@ -516,8 +516,12 @@ class SchedulerService:
                             expected_uid=v.uid,
                             ctx=system(
                                 SCHEDULER,
-                                reason=f"preempted by {f.pod.namespace}/{f.pod.name} on node "
-                                f"{f.preemption.node_name}" if f.preemption else "preempted",
+                                reason=(
+                                    f"preempted by {f.pod.namespace}/{f.pod.name} on node "
+                                    f"{f.preemption.node_name}"
+                                )
+                                if f.preemption
+                                else "preempted",
                             ),
                         )
                     self.metrics.preemptions.inc()
