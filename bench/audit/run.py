@@ -1,7 +1,8 @@
 """Change-history benchmark (ADR 0052): what recording every write costs, in one run.
 
     python -m bench.audit.run [--rounds 6] [--seconds 5] [--writers 8] [--pods 200]
-                              [--nodes 10000] [--renewals 3]
+                              [--nodes 10000] [--renewals 3] [--mix-status 2]
+                              [--mix-renewals 3]
 
 A throwaway embedded PostgreSQL migrated with ``alembic upgrade head`` (``bench.common.Stack``,
 no API server), written through the store layer (``app.store.store.Store``) with a write
@@ -15,6 +16,20 @@ context on every write, as the API and the controllers write.
   both alike. Reported: writes/s per round and the median ratio on/off (target >= 0.8); and,
   since the shared machine's load swings from round to round, the CPU per write of the server
   (its processes' ``/proc`` times) and of this client, off and on, and their ratio.
+* **Throughput with and without history, the pods' write mix.** The same interleaved off/on
+  rounds, with the store's real write mix for pods instead: each writer holds one node and its
+  lease and takes pods through their lifecycle as the control plane writes them, each write with
+  its writer's context: create (``Store.create``, the API); bind (the scheduler's
+  ``bind_many`` statement); status Pending, then Running, then Ready (``Store.update_status``,
+  the agent); ``--mix-status`` status-only writes that change no promoted column (a fresh
+  probe time on the Ready condition, as the agent's periodic writes); mark deleting
+  (``Store.delete``, the API) and the node's confirmation (``Store.delete`` with grace 0 and
+  the uid, the agent); and ``--mix-renewals`` conditional updates of the node's lease per
+  lifecycle (``Store.update``, as the agent renews every 10 s: a pod living 30 s on a node
+  running one pod at a time). With the defaults that is 12 writes per lifecycle, 7 stored
+  (create, bind, Pending, Running, Ready, mark, delete) and 5 only counted (the status-only
+  writes and the renewals); the JSON records the composition and the history rows and counts
+  the on rounds actually produced.
 * **Bytes per pod lifecycle.** ``--pods`` pods each go through create, bind (``spec.nodeName``),
   Running, Ready and delete (graceful: marked deleting, then removed). Reported: history rows
   and their bytes (``pg_column_size``) per lifecycle, and the growth on disk of the history
@@ -40,6 +55,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +65,17 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from agent.lease import LEASE_NAMESPACE
 from app.core.audit import WriteContext
 from app.core.kinds import BY_KIND
+from app.scheduler.binder import Bind, bind_many
 from app.store.db import create_pool
 from app.store.history import Sealer, seal_all
 from app.store.store import Store
 from bench.common import Stack, median, write_result
 
-CM, POD, LEASE = BY_KIND["ConfigMap"], BY_KIND["Pod"], BY_KIND["Lease"]
+CM, POD, LEASE, NODE = BY_KIND["ConfigMap"], BY_KIND["Pod"], BY_KIND["Lease"], BY_KIND["Node"]
+MIX_NS = "mix"
 RENEW_EVERY_S = 10.0  # agent/lease.py RENEW_EVERY
 TARGET_RATIO = 0.8
 
@@ -69,6 +89,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pods", type=int, default=200, help="pod lifecycles measured")
     p.add_argument("--nodes", type=int, default=10_000, help="hollow nodes' leases")
     p.add_argument("--renewals", type=int, default=3, help="renewals of every lease")
+    p.add_argument("--mix-status", type=int, default=2,
+                   help="status-only pod writes per lifecycle in the write mix")  # fmt: skip
+    p.add_argument("--mix-renewals", type=int, default=3,
+                   help="lease renewals of the node per lifecycle in the write mix")  # fmt: skip
     p.add_argument("--no-sealer", dest="sealer", action="store_false",
                    help="history on without the sealer running (splits out its cost)")  # fmt: skip
     return p.parse_args(argv)
@@ -145,7 +169,18 @@ async def churn(store: Store, writer: int, seconds: float) -> int:
     return done
 
 
-async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+Work = Callable[[Store, int, float], Awaitable[int]]
+
+
+async def throughput(
+    stack: Stack,
+    args: argparse.Namespace,
+    work: Work = churn,
+    workload: str = "ConfigMap create, update (labels and data), delete; every write stored",
+    count_history: bool = False,
+) -> dict[str, Any]:
+    """Interleaved off/on rounds of ``work`` by ``--writers`` writers. ``count_history``: also
+    record, per on round, the history rows stored and the writes counted in the tally."""
     pool = await create_pool(stack.url, max_size=args.writers + 2)
     store = Store(pool)
     postmaster = stack.pg.pid if stack.pg is not None else None
@@ -160,10 +195,11 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                     thread = threading.Thread(target=sealer.run, args=(stop,), daemon=True)
                     if on and args.sealer:
                         thread.start()
+                    h0 = history_marks(db) if count_history else None
                     t0, c0 = time.monotonic(), time.process_time()
                     s0 = server_cpu_s(postmaster)
                     counts = await asyncio.gather(
-                        *(churn(store, w, args.seconds) for w in range(args.writers))
+                        *(work(store, w, args.seconds) for w in range(args.writers))
                     )
                     elapsed = time.monotonic() - t0
                     client_us = (time.process_time() - c0) * 1e6 / sum(counts)
@@ -176,6 +212,11 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                                    "server_cpu_us_per_write": round(server_us, 1),
                                    "client_cpu_us_per_write": round(client_us, 1),
                                    "sealer_lag_s": round(sealer.lag_s, 3)})  # fmt: skip
+                    if h0 is not None:
+                        h1 = history_marks(db)
+                        rounds[-1]["writes"] = sum(counts)
+                        rounds[-1]["history_rows_stored"] = h1[0] - h0[0]
+                        rounds[-1]["history_writes_counted"] = h1[1] - h0[1]
                     print(f"round {r} history={'on ' if on else 'off'}: {rate:8.1f} writes/s,"
                           f" server {server_us:6.1f} us/write, client {client_us:6.1f} us/write",
                           flush=True)  # fmt: skip
@@ -204,7 +245,134 @@ async def throughput(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         "target_ratio": TARGET_RATIO,
         "writers": args.writers,
         "seconds_per_round": args.seconds,
-        "workload": "ConfigMap create, update (labels and data), delete; every write stored",
+        "workload": workload,
+    }
+
+
+def history_marks(db: psycopg.Connection[Any]) -> tuple[int, int]:
+    """History rows so far (all committed: the writers are idle) and writes counted."""
+    row = db.execute(
+        "SELECT (SELECT count(*) FROM qm_history),"
+        " (SELECT coalesce(sum(count), 0) FROM qm_history_tally)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+# -- throughput, the pods' write mix ---------------------------------------------------------
+async def mix_setup(stack: Stack, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+    """One node (ample room, Ready) and its lease per writer; each writer's state."""
+    pool = await create_pool(stack.url, max_size=2)
+    store, nodes = Store(pool), {}
+    try:
+        for w in range(args.writers):
+            name = f"mix-n{w}"
+            alloc = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+            node = await store.create(NODE, {
+                "metadata": {"name": name}, "spec": {},
+                "status": {"allocatable": alloc, "capacity": dict(alloc),
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            }, ctx=ctx(f"system:node:{name}", f"register-{name}"))  # fmt: skip
+            lease = await store.create(LEASE, {
+                "metadata": {"namespace": LEASE_NAMESPACE, "name": name},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                         "renewTime": "2026-12-02T00:00:00.000000Z"},
+            }, ctx=ctx(f"system:node:{name}", f"lease-{name}"))  # fmt: skip
+            nodes[w] = {"node": name, "node_uid": node.uid, "lease": lease.row_version}
+    finally:
+        await store.close()
+        await pool.close()
+    return nodes
+
+
+def mix_work(args: argparse.Namespace, nodes: dict[int, dict[str, Any]]) -> Work:
+    """A writer's loop over pod lifecycles on its own node (see the module docstring)."""
+    stamp = itertools.count()
+
+    async def lifecycle_loop(store: Store, writer: int, seconds: float) -> int:
+        state, done = nodes[writer], 0
+        node, deadline = state["node"], time.monotonic() + seconds
+        kubelet_who, lease_ns = f"system:node:{node}", LEASE_NAMESPACE
+        for i in itertools.count():
+            if time.monotonic() >= deadline:
+                return done
+            name = f"{node}-{i}-{next(stamp)}"
+            api = ctx(f"user-{writer}", f"req-{name}")
+            kubelet = ctx(kubelet_who, f"sync-{name}")
+            obj: dict[str, Any] = {
+                "metadata": {"namespace": MIX_NS, "name": name, "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.local/web:1",
+                                         "resources": {"requests": {"cpu": "100m",
+                                                                    "memory": "64Mi"}}}],
+                         "schedulerName": "default-scheduler"},
+            }  # fmt: skip
+            pod = await store.create(POD, obj, ctx=api)
+            bind = Bind(pod_uid=pod.uid, namespace=MIX_NS, name=name,
+                        row_version=pod.row_version, node_uid=state["node_uid"], node_name=node,
+                        cpu_milli=100, memory_bytes=64 * 2**20, gpu=0,
+                        batch=False)  # fmt: skip
+            scheduler = ctx("system:kube-scheduler", f"cycle-{name}")
+            async with store.pool.acquire() as conn:
+                bound = await bind_many(conn, [bind], datetime.now(UTC), scheduler)
+            if not bound.bound:
+                raise RuntimeError(f"bind of {name} refused: {bound}")
+            version = bound.versions[pod.uid]
+            obj["spec"] = {**obj["spec"], "nodeName": node}
+            waiting = {"name": "main", "ready": False, "restartCount": 0,
+                       "state": {"waiting": {"reason": "ContainerCreating"}}}  # fmt: skip
+            obj["status"] = {"phase": "Pending", "containerStatuses": [waiting]}
+            version = (await store.update_status(POD, obj, version, ctx=kubelet)).row_version
+            running = {"name": "main", "ready": False, "restartCount": 0,
+                       "state": {"running": {"startedAt": "2026-12-02T00:00:00Z"}}}  # fmt: skip
+            obj["status"] = {"phase": "Running", "podIP": "10.0.0.5",
+                             "startTime": "2026-12-02T00:00:00Z",
+                             "containerStatuses": [running]}  # fmt: skip
+            version = (await store.update_status(POD, obj, version, ctx=kubelet)).row_version
+            ready = {"type": "Ready", "status": "True",
+                     "lastTransitionTime": "2026-12-02T00:00:01Z"}  # fmt: skip
+            obj["status"] = {**obj["status"], "conditions": [ready],
+                             "containerStatuses": [{**running, "ready": True}]}  # fmt: skip
+            version = (await store.update_status(POD, obj, version, ctx=kubelet)).row_version
+            done += 5  # create, bind, Pending, Running, Ready
+            for k in range(args.mix_status):  # periodic: same phase and readiness
+                probed = {**ready, "lastProbeTime": f"2026-12-02T00:00:{10 + k:02d}Z"}
+                obj["status"] = {**obj["status"], "conditions": [probed]}
+                version = (await store.update_status(POD, obj, version, ctx=kubelet)).row_version
+                done += 1
+            for _ in range(args.mix_renewals):
+                renew = f"2026-12-02T00:00:{next(stamp) % 60:02d}.{writer:06d}Z"
+                lease = {"metadata": {"namespace": lease_ns, "name": node},
+                         "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
+                                  "renewTime": renew}}  # fmt: skip
+                stored = await store.update(LEASE, lease, state["lease"],
+                                            ctx=ctx(kubelet_who, f"renew-{node}"))  # fmt: skip
+                state["lease"] = stored.row_version
+                done += 1
+            marked = await store.delete(POD, MIX_NS, name, ctx=api)
+            if marked is None:
+                raise RuntimeError(f"{name} was removed instead of marked deleting")
+            await store.delete(POD, MIX_NS, name, grace_seconds=0, expected_uid=pod.uid,
+                               ctx=kubelet)  # fmt: skip
+            done += 2  # the mark and the delete
+        return done
+
+    return lifecycle_loop
+
+
+def mix_composition(args: argparse.Namespace) -> dict[str, Any]:
+    stored = ["create (Store.create)", "bind (bind_many)", "status Pending (update_status)",
+              "status Running", "status Ready", "mark deleting (Store.delete)",
+              "delete, the node's confirmation (Store.delete grace 0)"]  # fmt: skip
+    counted = [f"{args.mix_status} status-only pod writes (update_status, no promoted column)",
+               f"{args.mix_renewals} lease renewals of the node (Store.update)"]  # fmt: skip
+    per = len(stored) + args.mix_status + args.mix_renewals
+    return {
+        "writes_per_lifecycle": per,
+        "stored_by_rule_per_lifecycle": len(stored),
+        "counted_by_rule_per_lifecycle": args.mix_status + args.mix_renewals,
+        "stored_writes": stored,
+        "counted_writes": counted,
+        "writes_per_s_counts": "every one of these writes, stored or counted, as one write",
     }
 
 
@@ -375,7 +543,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack()
     try:
         with psycopg.connect(stack.url, autocommit=True) as db:
-            for ns in ("bench", "life", "kube-node-lease"):
+            for ns in ("bench", "life", "kube-node-lease", MIX_NS, LEASE_NAMESPACE):
                 db.execute("INSERT INTO namespaces (uid, name) VALUES (gen_random_uuid(), %s)"
                            " ON CONFLICT DO NOTHING", (ns,))  # fmt: skip
         result: dict[str, Any] = {"benchmark": "audit"}
@@ -383,6 +551,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["pod_lifecycle"] = await lifecycles(stack, args.pods)
         result["lease_renewals"] = await renewals(stack, args)
         result["throughput"] = await throughput(stack, args)
+        nodes = await mix_setup(stack, args)
+        mix = await throughput(
+            stack, args, mix_work(args, nodes),
+            "pods' write mix: each writer takes pods through their lifecycle on its node and "
+            "renews the node's lease (see composition)",
+            count_history=True,
+        )  # fmt: skip
+        on = [x for x in mix["rounds"] if x["history"]]
+        writes = sum(x["writes"] for x in on)
+        mix["composition"] = mix_composition(args)
+        for key in ("history_rows_stored", "history_writes_counted"):
+            total = sum(x[key] for x in on)
+            mix[f"{key}_per_write_on"] = round(total / writes, 3) if writes else None
+        result["throughput_pod_mix"] = mix
         return result
     finally:
         stack.close()
@@ -393,7 +575,8 @@ def main(argv: list[str] | None = None) -> None:
     result = asyncio.run(main_async(args))
     result["args"] = vars(args)
     path = write_result("audit", result)
-    print(json.dumps({k: result[k] for k in ("throughput", "pod_lifecycle")}, indent=2))
+    shown = ("throughput", "throughput_pod_mix", "pod_lifecycle")
+    print(json.dumps({k: result[k] for k in shown}, indent=2))
     print(json.dumps(result["lease_renewals"], indent=2))
     print(f"wrote {path}")
 
