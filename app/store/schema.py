@@ -500,6 +500,29 @@ qm_tokens = Table(
     Index("qm_tokens_username", "username"),
 )
 
+qm_usage_rollup = Table(
+    "qm_usage_rollup",
+    metadata,
+    col(
+        "minute",
+        "timestamptz",
+        null=False,
+        comment="The minute the figures were read in (UTC, truncated)",
+    ),
+    col("namespace", "text", null=False, comment="The pods' namespace"),
+    col("node", "text", null=False, comment="The node the pods ran on (as its agent reported)"),
+    col("pods", "integer", null=False, comment="Pods with a fresh sample on that node"),
+    col(
+        "cpu_milli",
+        "bigint",
+        null=False,
+        comment="Their summed CPU in millicores (each averaged over the agent's sampling interval)",
+    ),
+    col("memory_bytes", "bigint", null=False, comment="Their summed memory in bytes"),
+    PrimaryKeyConstraint("minute", "namespace", "node", name="qm_usage_rollup_pkey"),
+    comment="Measured usage per minute, namespace and node, appended by the controller manager's usage-rollup loop from the latest per-pod samples in Redis; telemetry (no history), pruned past its retention (QM_USAGE_ROLLUP_RETENTION_DAYS, 35 by default)",
+)
+
 replicasets = kind_table(metadata, "replicasets")
 
 resourcequotas = kind_table(metadata, "resourcequotas")

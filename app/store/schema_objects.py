@@ -8,7 +8,7 @@ Written by ``python -m app.store.schema_render write URL`` on a database at head
 from __future__ import annotations
 
 # The revision these definitions are at.
-REVISION = "0016"
+REVISION = "0017"
 
 FUNCTIONS: dict[str, str] = {
     "qm_actor_groups(actor text)": r"""returns text[]
@@ -1347,6 +1347,51 @@ VIEWS: dict[str, str] = {
      LEFT JOIN nodes n ON (((n.namespace = ''::text) AND (n.name = p.node_name))))
   WHERE ((p.node_name IS NOT NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))
   GROUP BY p.namespace, COALESCE((ns.labels ->> 'quaymaster.io/team'::text), p.namespace), n.zone, p.node_name, n.machine_class""",
+    "reporting.allocation_vs_usage": """WITH used AS (
+         SELECT qm_usage_rollup.namespace,
+            qm_usage_rollup.node,
+            count(*) AS minutes,
+            round(avg(qm_usage_rollup.cpu_milli), 1) AS avg_cpu_milli,
+            max(qm_usage_rollup.cpu_milli) AS max_cpu_milli,
+            round(avg(qm_usage_rollup.memory_bytes)) AS avg_memory_bytes,
+            max(qm_usage_rollup.memory_bytes) AS max_memory_bytes
+           FROM qm_usage_rollup
+          WHERE (qm_usage_rollup.minute >= (date_trunc('minute'::text, now()) - '01:00:00'::interval))
+          GROUP BY qm_usage_rollup.namespace, qm_usage_rollup.node
+        ), asked AS (
+         SELECT allocation.namespace,
+            allocation.node_name AS node,
+            (sum(allocation.pods))::bigint AS pods,
+            (sum(allocation.cpu_milli))::bigint AS cpu_milli,
+            (sum(allocation.memory_bytes))::bigint AS memory_bytes
+           FROM reporting.allocation
+          GROUP BY allocation.namespace, allocation.node_name
+        )
+ SELECT k.namespace,
+    COALESCE((ns.labels ->> 'quaymaster.io/team'::text), k.namespace) AS team,
+    n.zone,
+    k.node,
+    COALESCE(a.pods, (0)::bigint) AS requesting_pods,
+    COALESCE(a.cpu_milli, (0)::bigint) AS requested_cpu_milli,
+    COALESCE(a.memory_bytes, (0)::bigint) AS requested_memory_bytes,
+    COALESCE(u.minutes, (0)::bigint) AS measured_minutes,
+    u.avg_cpu_milli,
+    u.max_cpu_milli,
+    u.avg_memory_bytes,
+    u.max_memory_bytes,
+    round((u.avg_cpu_milli / (NULLIF(a.cpu_milli, 0))::numeric), 4) AS cpu_used_fraction,
+    round((u.avg_memory_bytes / (NULLIF(a.memory_bytes, 0))::numeric), 4) AS memory_used_fraction
+   FROM ((((( SELECT asked.namespace,
+            asked.node
+           FROM asked
+        UNION
+         SELECT used.namespace,
+            used.node
+           FROM used) k
+     LEFT JOIN asked a ON (((a.namespace = k.namespace) AND (a.node = k.node))))
+     LEFT JOIN used u ON (((u.namespace = k.namespace) AND (u.node = k.node))))
+     LEFT JOIN namespaces ns ON ((ns.name = k.namespace)))
+     LEFT JOIN nodes n ON (((n.namespace = ''::text) AND (n.name = k.node))))""",
     "reporting.change_summaries": """SELECT h.at,
     h.table_name,
     h.kind,
@@ -1661,6 +1706,89 @@ VIEWS: dict[str, str] = {
     released_at,
     (released_at IS NULL) AS held
    FROM service_ips i""",
+    "reporting.usage_hourly": """WITH src AS (
+         SELECT u.minute,
+            u.namespace,
+            COALESCE((ns.labels ->> 'quaymaster.io/team'::text), u.namespace) AS team,
+            n.zone,
+            u.node,
+            u.pods,
+            u.cpu_milli,
+            u.memory_bytes
+           FROM ((qm_usage_rollup u
+             LEFT JOIN namespaces ns ON ((ns.name = u.namespace)))
+             LEFT JOIN nodes n ON (((n.namespace = ''::text) AND (n.name = u.node))))
+        ), per_minute AS (
+         SELECT src.minute,
+            src.namespace,
+            src.team,
+            src.zone,
+            src.node,
+            GROUPING(src.namespace, src.team, src.zone, src.node) AS g,
+            sum(src.pods) AS pods,
+            (sum(src.cpu_milli))::bigint AS cpu_milli,
+            (sum(src.memory_bytes))::bigint AS memory_bytes
+           FROM src
+          GROUP BY src.minute, GROUPING SETS ((src.namespace, src.team, src.zone, src.node), (src.namespace, src.team), (src.team), (src.zone), (src.node), ())
+        )
+ SELECT date_trunc('hour'::text, minute) AS hour,
+        CASE g
+            WHEN 0 THEN 'namespace_node'::text
+            WHEN 3 THEN 'namespace'::text
+            WHEN 11 THEN 'team'::text
+            WHEN 13 THEN 'zone'::text
+            WHEN 14 THEN 'node'::text
+            ELSE 'cluster'::text
+        END AS level,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 3])) THEN namespace
+            ELSE NULL::text
+        END AS namespace,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 3, 11])) THEN team
+            ELSE NULL::text
+        END AS team,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 13])) THEN zone
+            ELSE NULL::text
+        END AS zone,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 14])) THEN node
+            ELSE NULL::text
+        END AS node,
+    count(*) AS minutes,
+    round(avg(pods), 2) AS avg_pods,
+    max(pods) AS max_pods,
+    round(avg(cpu_milli), 1) AS avg_cpu_milli,
+    max(cpu_milli) AS max_cpu_milli,
+    round(avg(memory_bytes)) AS avg_memory_bytes,
+    max(memory_bytes) AS max_memory_bytes
+   FROM per_minute
+  GROUP BY (date_trunc('hour'::text, minute)),
+        CASE g
+            WHEN 0 THEN 'namespace_node'::text
+            WHEN 3 THEN 'namespace'::text
+            WHEN 11 THEN 'team'::text
+            WHEN 13 THEN 'zone'::text
+            WHEN 14 THEN 'node'::text
+            ELSE 'cluster'::text
+        END,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 3])) THEN namespace
+            ELSE NULL::text
+        END,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 3, 11])) THEN team
+            ELSE NULL::text
+        END,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 13])) THEN zone
+            ELSE NULL::text
+        END,
+        CASE
+            WHEN (g = ANY (ARRAY[0, 14])) THEN node
+            ELSE NULL::text
+        END""",
     "reporting.workloads": """WITH owned AS (
          SELECT (o.value ->> 'uid'::text) AS owner_uid,
             count(*) FILTER (WHERE ((p.deletion_timestamp IS NULL) AND (COALESCE(p.phase, ''::text) <> ALL (ARRAY['Succeeded'::text, 'Failed'::text])))) AS live,
@@ -1807,6 +1935,11 @@ POLICIES: dict[str, str] = {
   WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
    FROM reporting.namespace_access)))""",
     "qm_history_reporting_secrets on qm_history": """as RESTRICTIVE for SELECT to qm_reporting using ((table_name IS DISTINCT FROM 'secrets'::text) OR (NOT (COALESCE(((before -> 'annotations'::text) ? 'kubectl.kubernetes.io/last-applied-configuration'::text), false) OR COALESCE((jsonb_typeof(((before -> 'spec'::text) -> 'data'::text)) = 'object'::text), false) OR COALESCE((jsonb_typeof(((before -> 'spec'::text) -> 'stringData'::text)) = 'object'::text), false) OR COALESCE(((after -> 'annotations'::text) ? 'kubectl.kubernetes.io/last-applied-configuration'::text), false) OR COALESCE((jsonb_typeof(((after -> 'spec'::text) -> 'data'::text)) = 'object'::text), false) OR COALESCE((jsonb_typeof(((after -> 'spec'::text) -> 'stringData'::text)) = 'object'::text), false))))""",
+    "qm_usage_rollup_everyone on qm_usage_rollup": """as PERMISSIVE for ALL to public using (true) with check (true)""",
+    "qm_usage_rollup_reporting on qm_usage_rollup": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
+   FROM reporting.namespace_access
+  WHERE (namespace_access.namespace = '*'::text))) OR (namespace IN ( SELECT namespace_access.namespace
+   FROM reporting.namespace_access)))""",
     "replicasets_everyone on replicasets": """as PERMISSIVE for ALL to public using (true) with check (true)""",
     "replicasets_reporting on replicasets": """as RESTRICTIVE for SELECT to qm_reporting using ((EXISTS ( SELECT 1
    FROM reporting.namespace_access
@@ -1957,12 +2090,18 @@ GRANTS: dict[str, str] = {
     "qm_tokens_id_seq to qm_app: SELECT": """whole""",
     "qm_tokens_id_seq to qm_app: UPDATE": """whole""",
     "qm_tokens_id_seq to qm_app: USAGE": """whole""",
+    "qm_usage_rollup to qm_app: DELETE": """whole""",
+    "qm_usage_rollup to qm_app: INSERT": """whole""",
+    "qm_usage_rollup to qm_app: SELECT": """whole""",
+    "qm_usage_rollup to qm_app: UPDATE": """whole""",
+    "qm_usage_rollup to qm_reporting: SELECT": """cpu_milli, memory_bytes, minute, namespace, node, pods""",
     "replicasets to qm_app: DELETE": """whole""",
     "replicasets to qm_app: INSERT": """whole""",
     "replicasets to qm_app: SELECT": """whole""",
     "replicasets to qm_app: UPDATE": """whole""",
     "replicasets to qm_reporting: SELECT": """annotations, creation_timestamp, generation, name, namespace, owner_references, spec, status, uid""",
     "reporting.allocation to qm_reporting: SELECT": """whole""",
+    "reporting.allocation_vs_usage to qm_reporting: SELECT": """whole""",
     "reporting.change_summaries to qm_reporting: SELECT": """whole""",
     "reporting.changes to qm_reporting: SELECT": """whole""",
     "reporting.disruption_budget_blocks to qm_reporting: SELECT": """whole""",
@@ -1979,6 +2118,7 @@ GRANTS: dict[str, str] = {
     "reporting.rollout_changes to qm_reporting: SELECT": """whole""",
     "reporting.rollout_history to qm_reporting: SELECT": """whole""",
     "reporting.service_ips to qm_reporting: SELECT": """whole""",
+    "reporting.usage_hourly to qm_reporting: SELECT": """whole""",
     "reporting.workloads to qm_reporting: SELECT": """whole""",
     "resourcequotas to qm_app: DELETE": """whole""",
     "resourcequotas to qm_app: INSERT": """whole""",
@@ -2030,8 +2170,10 @@ SETTINGS: dict[str, str] = {
     "poddisruptionbudgets": """row security""",
     "pods": """row security; fillfactor=75""",
     "qm_history": """row security""",
+    "qm_usage_rollup": """row security""",
     "replicasets": """row security""",
     "reporting.allocation": """security_invoker=true""",
+    "reporting.allocation_vs_usage": """security_invoker=true""",
     "reporting.change_summaries": """security_invoker=true""",
     "reporting.changes": """security_invoker=true""",
     "reporting.disruption_budget_blocks": """security_invoker=true""",
@@ -2047,6 +2189,7 @@ SETTINGS: dict[str, str] = {
     "reporting.rollout_changes": """security_invoker=true""",
     "reporting.rollout_history": """security_invoker=true""",
     "reporting.service_ips": """security_invoker=true""",
+    "reporting.usage_hourly": """security_invoker=true""",
     "reporting.workloads": """security_invoker=true""",
     "resourcequotas": """row security""",
     "rolebindings": """row security""",
@@ -2155,6 +2298,7 @@ INDEXES: dict[str, str] = {
     "qm_tokens_token_sha256_key": """CREATE UNIQUE INDEX qm_tokens_token_sha256_key ON public.qm_tokens USING btree (token_sha256)""",
     "qm_tokens_uid": """CREATE UNIQUE INDEX qm_tokens_uid ON public.qm_tokens USING btree (uid)""",
     "qm_tokens_username": """CREATE INDEX qm_tokens_username ON public.qm_tokens USING btree (username)""",
+    "qm_usage_rollup_pkey": """CREATE UNIQUE INDEX qm_usage_rollup_pkey ON public.qm_usage_rollup USING btree (minute, namespace, node)""",
     "replicasets_labels": """CREATE INDEX replicasets_labels ON public.replicasets USING gin (labels jsonb_path_ops)""",
     "replicasets_namespace_name": """CREATE UNIQUE INDEX replicasets_namespace_name ON public.replicasets USING btree (namespace, name)""",
     "replicasets_owners": """CREATE INDEX replicasets_owners ON public.replicasets USING gin (owner_references jsonb_path_ops) WHERE (owner_references <> '[]'::jsonb)""",

@@ -169,7 +169,7 @@ def test_a_migration_that_times_out_on_a_lock_is_retried(pg_server_url):
     assert result.returncode == 0, result.stderr
     assert "waited longer than lock_timeout (300ms); retrying" in result.stdout
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0016",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0017",)
 
 
 def test_lock_tables_in_order_and_statements_alone():

@@ -8,6 +8,7 @@ from workers.loops.events import EventRetention
 from workers.loops.gc import OrphanCollector
 from workers.loops.nodelifecycle import NodeLifecycle
 from workers.loops.service_ips import ServiceIpRepair
+from workers.loops.usage_rollup import UsageRollup
 
 
 def build() -> list[Loop]:
@@ -16,4 +17,5 @@ def build() -> list[Loop]:
         OrphanCollector.from_env(),
         NodeLifecycle.from_env(),
         ServiceIpRepair.from_env(),
+        UsageRollup.from_env(),
     ]
