@@ -1138,6 +1138,39 @@ BEGIN
   RETURN NEW;
 END
 $function$""",
+    "reporting.usage_hourly_between(since timestamp with time zone, until timestamp with time zone DEFAULT now())": """returns SETOF reporting.usage_hourly
+ LANGUAGE sql
+ STABLE
+AS $function$
+WITH src AS (
+  SELECT u.minute, u.namespace, coalesce(ns.labels->>'quaymaster.io/team', u.namespace) AS team,
+         n.zone, u.node, u.pods, u.cpu_milli, u.memory_bytes
+    FROM public.qm_usage_rollup AS u
+    LEFT JOIN public.namespaces AS ns ON ns.name = u.namespace
+    LEFT JOIN public.nodes AS n ON n.namespace = '' AND n.name = u.node
+   WHERE u.minute >= $1 AND u.minute < $2
+), per_minute AS (
+  SELECT minute, namespace, team, zone, node, GROUPING(namespace, team, zone, node) AS g,
+         sum(pods)::bigint AS pods, sum(cpu_milli)::bigint AS cpu_milli,
+         sum(memory_bytes)::bigint AS memory_bytes
+    FROM src
+   GROUP BY minute, GROUPING SETS ((namespace, team, zone, node), (namespace, team), (team),
+                                   (zone), (node), ())
+)
+SELECT date_trunc('hour', minute) AS hour,
+       CASE g WHEN 0 THEN 'namespace_node' WHEN 3 THEN 'namespace' WHEN 11 THEN 'team'
+              WHEN 13 THEN 'zone' WHEN 14 THEN 'node' ELSE 'cluster' END AS level,
+       CASE WHEN g IN (0, 3) THEN namespace END AS namespace,
+       CASE WHEN g IN (0, 3, 11) THEN team END AS team,
+       CASE WHEN g IN (0, 13) THEN zone END AS zone,
+       CASE WHEN g IN (0, 14) THEN node END AS node,
+       count(*) AS minutes,
+       round(avg(pods), 2) AS avg_pods, max(pods) AS max_pods,
+       round(avg(cpu_milli), 1) AS avg_cpu_milli, max(cpu_milli) AS max_cpu_milli,
+       round(avg(memory_bytes)) AS avg_memory_bytes, max(memory_bytes) AS max_memory_bytes
+  FROM per_minute
+ GROUP BY 1, 2, 3, 4, 5, 6
+$function$""",
 }
 
 TRIGGERS: dict[str, str] = {
@@ -2114,6 +2147,7 @@ GRANTS: dict[str, str] = {
     "reporting.pending_pods_by_reason to qm_reporting: SELECT": """whole""",
     "reporting.quota_usage to qm_reporting: SELECT": """whole""",
     "reporting.reporting to qm_reporting: USAGE": """whole""",
+    "reporting.reporting.usage_hourly_between(timestamp with time zone,timesta to qm_reporting: EXECUTE": """whole""",
     "reporting.role_bindings to qm_reporting: SELECT": """whole""",
     "reporting.rollout_changes to qm_reporting: SELECT": """whole""",
     "reporting.rollout_history to qm_reporting: SELECT": """whole""",

@@ -13,8 +13,9 @@ Create Date: 2026-12-02
 * Row-level security on it by namespace for reporting roles, exactly as 0015 does for the
   other tables (``reporting.namespace_access``), and column grants for ``qm_reporting``.
 * Views ``reporting.usage_hourly`` (per hour by namespace and node, namespace, team, zone,
-  node and the whole cluster: average and maximum) and ``reporting.allocation_vs_usage``
-  (requests now against the last hour's measured usage).
+  node and the whole cluster: average and maximum; ``reporting.usage_hourly_between(since,
+  until)`` is the same over a window, read by the primary key) and
+  ``reporting.allocation_vs_usage`` (requests now against the last hour's measured usage).
 
 Expand-only: a new table and new views; the previous release never reads them.
 """
@@ -204,6 +205,28 @@ ALLOCATION_NOW = ALLOCATION + (
 )
 
 
+# The view filtered on ``hour`` reads the whole table (the filter stays above the grouping);
+# this function takes the window inside, so the primary key's ``minute`` bounds the scan.
+_SOURCE = "    LEFT JOIN nodes AS n ON n.namespace = '' AND n.name = u.node\n), per_minute"
+assert USAGE_HOURLY[2].count(_SOURCE) == 1
+WINDOWED = (
+    USAGE_HOURLY[2]
+    .replace(_SOURCE, _SOURCE.replace("\n)", "\n   WHERE u.minute >= $1 AND u.minute < $2\n)"))
+    .replace("FROM qm_usage_rollup AS u", "FROM public.qm_usage_rollup AS u")
+    .replace("JOIN namespaces AS", "JOIN public.namespaces AS")
+    .replace("JOIN nodes AS", "JOIN public.nodes AS")
+)
+BETWEEN = f"""
+CREATE FUNCTION reporting.usage_hourly_between(since timestamptz, until timestamptz DEFAULT now())
+RETURNS SETOF reporting.usage_hourly LANGUAGE sql STABLE AS $fn${WINDOWED}$fn$;
+COMMENT ON FUNCTION reporting.usage_hourly_between(timestamptz, timestamptz) IS
+  'reporting.usage_hourly over the minutes in [since, until) only, read by the primary key: '
+  'use it for a window of a long retention';
+REVOKE ALL ON FUNCTION reporting.usage_hourly_between(timestamptz, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION reporting.usage_hourly_between(timestamptz, timestamptz) TO {ROLE};
+"""
+
+
 def _view(view: View) -> str:
     name, comment, select, columns = view
     out = (
@@ -220,6 +243,7 @@ def upgrade() -> None:
     op.execute(TABLE)
     for view in VIEWS:
         op.execute(_view(view))
+    op.execute(BETWEEN)
     op.execute(f"COMMENT ON VIEW reporting.allocation IS {_quote(ALLOCATION_NOW)}")
     serves("0017", PREVIOUS_RELEASE, "adds qm_usage_rollup and its reporting views")
 
@@ -227,6 +251,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     unserve("0017")
     op.execute(f"COMMENT ON VIEW reporting.allocation IS {_quote(ALLOCATION_THEN)}")
+    op.execute("DROP FUNCTION reporting.usage_hourly_between(timestamptz, timestamptz)")
     for name, *_ in reversed(VIEWS):
         op.execute(f"DROP VIEW reporting.{name}")
     op.execute("DROP TABLE qm_usage_rollup")

@@ -187,7 +187,12 @@ HOURLY = """SELECT hour, level, namespace, team, zone, node, minutes, avg_cpu_mi
   max_cpu_milli, avg_memory_bytes, max_memory_bytes, max_pods FROM reporting.usage_hourly"""
 
 
-def hourly(url: str, user: str | None = None) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+BETWEEN = HOURLY.replace("reporting.usage_hourly", "reporting.usage_hourly_between(%s, %s)")
+
+
+def hourly(
+    url: str, user: str | None = None, query: str = HOURLY, *args: Any
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     return {
         (r["hour"], r["level"], r["namespace"], r["team"], r["zone"], r["node"]): (
             r["minutes"],
@@ -197,12 +202,17 @@ def hourly(url: str, user: str | None = None) -> dict[tuple[Any, ...], tuple[Any
             r["max_memory_bytes"],
             r["max_pods"],
         )
-        for r in rows(url, HOURLY, user=user)
+        for r in rows(url, query, *args, user=user)
     }
 
 
 async def test_usage_hourly_matches_the_samples(seeded: str, rolled_up: list[Use]) -> None:
     assert hourly(seeded) == expected_hourly(rolled_up)
+    # The same over a window: the minutes in [since, until) only.
+    since = min(u.minute for u in rolled_up) + timedelta(minutes=2)
+    until = since + timedelta(minutes=3)
+    window = [u for u in rolled_up if since <= u.minute < until]
+    assert hourly(seeded, None, BETWEEN, since, until) == expected_hourly(window)
 
 
 async def test_allocation_against_usage(seeded: str, rolled_up: list[Use]) -> None:
@@ -248,6 +258,8 @@ async def test_a_team_login_sees_only_its_namespaces(seeded: str, rolled_up: lis
         nobody = roles.make("rep_usage_none", "LOGIN IN ROLE qm_reporting")
         mine = [u for u in rolled_up if u.namespace == "team-a"]
         assert hourly(seeded, team_a) == expected_hourly(mine)
+        day = datetime.now(UTC) - timedelta(days=1)
+        assert hourly(seeded, team_a, BETWEEN, day, datetime.now(UTC)) == expected_hourly(mine)
         assert {
             r["namespace"]
             for r in rows(
