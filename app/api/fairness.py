@@ -112,6 +112,7 @@ class FlowControl:
         loop = asyncio.get_running_loop()
         level, flow = core.classify(user.name, user.groups)
         req = self.dispatcher.offer(level, flow, seats, loop.time())
+        self._wake(self.dispatcher.admitted_in_passing())
         if req.state == "queued":
             self._arm()
             await self._wait(req)

@@ -161,6 +161,7 @@ class Dispatcher:
         # has company is then one comparison, whatever the number of flows.
         self._recent: list[tuple[str, float]] = [("", -math.inf), ("", -math.inf)]
         self._now = 0.0
+        self._in_passing: list[Request] = []
 
     def offer(self, level: str, flow: str, seats: int, now: float) -> Request:
         """A new request: admitted at once, queued, or rejected (``state`` says which)."""
@@ -184,8 +185,15 @@ class Dispatcher:
             return req
         f.queue.append(req)
         lv.queued += 1
-        self._dispatch(lv, now)
+        self._in_passing += [r for r in self._dispatch(lv, now) if r is not req]
         return req
+
+    def admitted_in_passing(self) -> list[Request]:
+        """Other flows' queued requests that an :meth:`offer` admitted (a head its flow's rate
+        held back may run by the time another request arrives): the shell wakes them. Each
+        is returned once."""
+        out, self._in_passing = self._in_passing, []
+        return out
 
     def release(self, req: Request, now: float) -> list[Request]:
         """``req`` finished: free its seats; returns the requests admitted in its place."""

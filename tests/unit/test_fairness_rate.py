@@ -187,6 +187,54 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
     monkeypatch.undo()
 
 
+def test_a_held_back_head_admitted_by_another_flows_request_is_reported_once() -> None:
+    d = dispatcher()
+    burst(d, "calm", 1, 0.0)
+    burst(d, "flooder", 20, 0.0)  # its bucket spent
+    held = d.offer(LEVEL, "flooder", 1, 0.0)
+    assert held.state == "queued" and d.admitted_in_passing() == []
+    # Its bucket has refilled when the calm flow's next request arrives, before any tick.
+    calm = d.offer(LEVEL, "calm", 1, 0.5)
+    assert held.state == "admitted" and calm.state == "admitted"
+    assert d.admitted_in_passing() == [held]
+    assert d.admitted_in_passing() == []
+
+
+async def test_the_shell_wakes_a_head_admitted_by_another_flows_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    clock = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
+    calm, flooder = User("calm", ()), User("flooder", ())
+    async with c.seat(calm, 1):
+        pass
+    for _ in range(41):  # the bucket's worth
+        async with c.seat(flooder, 1):
+            pass
+    entered = asyncio.Event()
+
+    async def held() -> None:
+        async with c.seat(flooder, 1):
+            entered.set()
+
+    task = asyncio.create_task(held())
+    await asyncio.sleep(0)
+    assert not entered.is_set()
+    assert c._timer is not None
+    c._timer.cancel()  # no tick: only the calm flow's request may let it in
+    c._timer = None
+    clock[0] += 0.5
+    async with c.seat(calm, 1):
+        pass
+    for _ in range(3):  # the woken task runs within a few turns of the loop
+        await asyncio.sleep(0)
+    assert entered.is_set()
+    await task
+    monkeypatch.undo()
+
+
 def test_by_default_the_bucket_holds_two_seconds_so_a_full_level_follows_a_request() -> None:
     d = f.Dispatcher({LEVEL: 4}, f.Config(rate_per_seat=1.0))
     burst(d, "calm", 1, 0.0)
