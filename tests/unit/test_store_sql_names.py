@@ -115,6 +115,10 @@ class _Names(Visitor):  # type: ignore[misc]
             self.columns.add(last.sval)
 
 
+# Every PostgreSQL table has these system columns; no schema declares them.
+SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
+
+
 def problems(text: str) -> list[str]:
     names = _Names()
     for stmt in parse_sql(text):
@@ -125,7 +129,7 @@ def problems(text: str) -> list[str]:
     out += [f"column {t}.{c}" for t, c in names.targets if t in TABLES and c not in TABLES[t]]
     if outside or unknown or names.from_function:
         return out  # some columns come from what the schema does not declare
-    columns = set().union(*(TABLES[t] for t in names.tables & TABLES.keys()))
+    columns = set().union(SYSTEM_COLUMNS, *(TABLES[t] for t in names.tables & TABLES.keys()))
     out += [f"column {c}" for c in sorted(names.columns - columns - names.defined - names.tables)]
     return out
 
