@@ -11,6 +11,8 @@ A request over its flow's share waits on a future until the dispatcher admits it
 queue wait limit; then, or at once when its queue is full, it is refused with 429 and
 ``Retry-After``. A flow held back by its rate limit (while another flow uses the server) has
 no release to wake it: a timer at :meth:`~app.core.fairness.Dispatcher.next_tick` does. A
+waiting request also looks again every ``RECHECK_S`` on its own, so a wake-up that never
+comes costs a quarter second, not the whole queue wait. A
 refusal the dispatcher marks ``paced`` (a full queue while over the rate) is answered only
 after its ``Retry-After``. A watch or a log follow holds its seat only while its handler
 starts the stream (:func:`as_user` returns the streaming response at once), which is how
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 RETRY_AFTER_S = 1
+# A waiting request looks again this often whether it was woken or not: the timer and the
+# wake-ups are the fast path, this is the floor under them.
+RECHECK_S = 0.25
 _COLLECTION = re.compile(
     "^/apis/" + re.escape(API_VERSION) + r"/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)$"
 )
@@ -138,8 +143,13 @@ class FlowControl:
             while req.state == "queued":
                 left = req.arrived + self.dispatcher.config.wait_limit - loop.time()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(fut), max(left, 0.001))
-                if req.state == "queued":
+                    await asyncio.wait_for(asyncio.shield(fut), min(max(left, 0.001), RECHECK_S))
+                if req.state == "queued":  # a missed wake-up costs at most RECHECK_S
+                    self._wake(self.dispatcher.tick(loop.time()))
+                if (
+                    req.state == "queued"
+                    and loop.time() >= req.arrived + self.dispatcher.config.wait_limit
+                ):
                     self._wake(self.dispatcher.expire(loop.time()))
         except BaseException:  # cancelled: the client went away while waiting or admitted
             self._wake(self.dispatcher.cancel(req, loop.time()))

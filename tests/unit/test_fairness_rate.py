@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.fairness import FlowControl, env_config, metric_lines
+from app.api.fairness import RECHECK_S, FlowControl, env_config, metric_lines
 from app.core import fairness as f
 from app.core.errors import TooManyRequests
 from app.store.tokens import User
@@ -229,6 +229,42 @@ async def test_the_shell_wakes_a_head_admitted_by_another_flows_request(
     async with c.seat(calm, 1):
         pass
     for _ in range(3):  # the woken task runs within a few turns of the loop
+        await asyncio.sleep(0)
+    assert entered.is_set()
+    await task
+    monkeypatch.undo()
+
+
+async def test_a_waiting_request_looks_again_even_if_no_wake_up_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    clock = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
+    calm, flooder = User("calm", ()), User("flooder", ())
+    async with c.seat(calm, 1):
+        pass
+    for _ in range(41):  # the bucket's worth
+        async with c.seat(flooder, 1):
+            pass
+    entered = asyncio.Event()
+
+    async def held() -> None:
+        async with c.seat(flooder, 1):
+            entered.set()
+
+    task = asyncio.create_task(held())
+    await asyncio.sleep(0)
+    assert c._timer is not None
+    c._timer.cancel()  # a lost wake-up: neither the timer nor another request lets it in
+    c._timer = None
+    clock[0] += RECHECK_S / 2
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not entered.is_set()  # its bucket has refilled, but nobody has looked yet
+    clock[0] += RECHECK_S / 2
+    for _ in range(5):  # its own recheck is due: it looks, and runs
         await asyncio.sleep(0)
     assert entered.is_set()
     await task
