@@ -34,6 +34,7 @@ from app.api.secrets import secrets_lifespan
 from app.api.service import Objects
 from app.api.subscribers import HANDLERS as SUBSCRIBER_HANDLERS
 from app.api.tokens import HANDLERS as TOKEN_HANDLERS
+from app.api.ui import HANDLERS as UI_HANDLERS
 from app.api.usage import HANDLERS as USAGE_HANDLERS
 from app.api.usage import usage_lifespan
 from app.api.warning_headers import WarningHeaders
@@ -139,7 +140,9 @@ def create_app() -> RequestContext:
     ``Warning`` headers every response may carry (:mod:`app.api.warning_headers`), behind
     each request's write context (:mod:`app.api.request_context`)."""
     litestar = create_litestar()
-    return RequestContext(WarningHeaders(FairShare(FastWrites(litestar), litestar)))
+    outer = RequestContext(WarningHeaders(FairShare(FastWrites(litestar), litestar)))
+    litestar.state.asgi = outer  # the web UI calls the REST API through the whole stack
+    return outer
 
 
 def create_litestar() -> Litestar:
@@ -158,6 +161,7 @@ def create_litestar() -> Litestar:
             *TOKEN_HANDLERS,
             *SECRET_KEY_HANDLERS,
             *OPENAPI_HANDLERS,
+            *UI_HANDLERS,
         ],
         lifespan=[
             lifespan,
