@@ -107,12 +107,14 @@ class Watcher:
             item = None
         if item is None:
             return
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.overflowed = True  # the client is too slow; it must re-watch from its last RV
-            with contextlib.suppress(asyncio.QueueFull):
-                self.queue.put_nowait(None)
+        if self.queue.maxsize and self.queue.qsize() >= self.queue.maxsize - 1:
+            # The client is too slow; it must re-watch from its last RV. The last slot is kept
+            # for the end marker: a full queue without one would leave its reader waiting on a
+            # watcher that no longer receives anything.
+            self.overflowed = True
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(item)
 
 
 def make_cached(kind: Kind, raw: str | bytes, revision: int, row_version: int) -> Cached:
