@@ -46,6 +46,7 @@ from app.store.service_range import apply_range
 from app.store.store import Store
 from app.store.tokens import ensure_token
 from app.stream.cache import WatchCache
+from app.stream.summary import ClusterSummary
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,13 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
     young = asyncio.create_task(collector.keep_collections_young())
     # Revoked tokens stop working here as soon as this server's cache shows the change.
     follower = asyncio.create_task(app.state.auth.follow(cache))
+    # Node and pod totals for the web UI's overview, kept current from the cache.
+    app.state.summary = ClusterSummary(cache)
+    app.state.summary.start()
     try:
         yield
     finally:
+        await app.state.summary.stop()
         for task in (keeper, young, follower):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -163,6 +163,7 @@ class WatchCache:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
+        self.loads = 0  # whole loads from the log; a reader built from the objects rebuilds
 
     # -- loading and tailing ---------------------------------------------------------------
     async def start(self, dsn: str) -> None:
@@ -210,6 +211,7 @@ class WatchCache:
         self.window_floor = history[0].revision - 1 if history else rev
         self._rebuild_window(history, rev)
         self.revision = rev
+        self.loads += 1
 
     def _rebuild_window(self, history: list[LogEntry], rev: int) -> None:
         """Recreate the recent events (with their previous versions) from retained history."""
