@@ -64,7 +64,8 @@ async def sign_in_at(page: Page, ui_url: str, token: str) -> None:
     if page.url != f"{base}/" or not 200 <= status < 300:
         body = await page.locator("body").inner_text()
         raise AssertionError(
-            f"sign-in ended at {page.url} (HTTP {status}), not {base}/; page text:\n{body[:2000]}"
+            f"sign-in ended at {page.url} with HTTP {status}, expected {base}/ with 2xx;"
+            f" page text:\n{body[:2000]}"
         )
 
 
