@@ -481,6 +481,7 @@ class Stack:
             "\nQuaymaster is up.\n"
             f"  API:         {api_url}\n"
             f"  API docs:    {api_url}/schema\n"
+            f"  Web UI:      {api_url}/ui  (sign in with the token below; accept the local CA)\n"
             f"  Database:    {database_url}\n"
             f"  Backups:     qm db backup --url {database_url} --dir {STATE_DIR / 'backups'}\n"
             f"  PgBouncer:   {pooled}\n"
