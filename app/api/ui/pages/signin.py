@@ -60,9 +60,4 @@ async def signout(request: Request[Any, Any, Any]) -> Response[Any]:
     return resp
 
 
-@get("/ui", include_in_schema=False)
-async def ui_root(request: Request[Any, Any, Any]) -> Response[Any]:
-    return Redirect("/ui/", status_code=308)
-
-
-HANDLERS = [signin_form, signin, signout, ui_root]
+HANDLERS = [signin_form, signin, signout]
