@@ -8,7 +8,7 @@ Written by ``python -m app.store.schema_render write URL`` on a database at head
 from __future__ import annotations
 
 # The revision these definitions are at.
-REVISION = "0017"
+REVISION = "0018"
 
 FUNCTIONS: dict[str, str] = {
     "qm_actor_groups(actor text)": r"""returns text[]
@@ -2086,10 +2086,12 @@ GRANTS: dict[str, str] = {
     "qm_bootstrap_tokens to qm_app: INSERT": """whole""",
     "qm_bootstrap_tokens to qm_app: SELECT": """whole""",
     "qm_bootstrap_tokens to qm_app: UPDATE": """whole""",
+    "qm_history to qm_app: SELECT": """whole""",
     "qm_history to qm_reporting: SELECT": """after, application_name, at, before, client_addr, db_role, groups, id, kind, name, namespace, op, principal, reason, request_id, subresource, summary_count, table_name, uid, user_agent, verb, xid""",
     "qm_history_anchors to qm_archivist: SELECT": """whole""",
     "qm_history_archive(timestamp with time zone) to qm_archivist: EXECUTE": """whole""",
     "qm_history_drop_archived(text,text) to qm_archivist: EXECUTE": """whole""",
+    "qm_history_links to qm_app: SELECT": """whole""",
     "qm_history_links to qm_archivist: SELECT": """whole""",
     "qm_history_links to qm_reporting: SELECT": """at, id, seq""",
     "qm_history_seal(integer) to qm_app: EXECUTE": """whole""",
