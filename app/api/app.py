@@ -20,6 +20,7 @@ from app.api.discovery import HANDLERS
 from app.api.eviction import HANDLERS as EVICTION_HANDLERS
 from app.api.fairness import FairShare, fairness_lifespan
 from app.api.fastpath import FastWrites
+from app.api.history import HANDLERS as HISTORY_HANDLERS
 from app.api.logs import HANDLERS as LOG_HANDLERS
 from app.api.nodeauth import HANDLERS as NODE_AUTH_HANDLERS
 from app.api.nodeauth import credential_lifespan
@@ -165,6 +166,7 @@ def create_litestar() -> Litestar:
             *REVIEW_HANDLERS,
             *TOKEN_HANDLERS,
             *SECRET_KEY_HANDLERS,
+            *HISTORY_HANDLERS,
             *OPENAPI_HANDLERS,
             *UI_HANDLERS,
         ],

@@ -100,6 +100,7 @@ async def apis(request: Request[Any, Any, Any]) -> Response[Any]:
         groups = [group(), group(METRICS_GROUP)]
         # The access reviews (app.api.reviews), also where kubectl posts them.
         groups += [group(f"authorization.{GROUP}"), group("authorization.k8s.io")]
+        groups.append(group(f"audit.{GROUP}"))  # the change history (app.api.history)
         return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
     return await guarded(request, run)

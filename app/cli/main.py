@@ -33,6 +33,8 @@ from .context import Context, UsageError, resolve_one_kind
 from .db import add_parsers as add_db_parsers
 from .db import run as run_db
 from .get import run_get
+from .history import COMMANDS as HISTORY_COMMANDS
+from .history import add_parsers as add_history_parsers
 from .logs import COMMANDS as LOG_COMMANDS
 from .logs import add_parsers as add_log_parsers
 from .nodes import COMMANDS as NODE_COMMANDS
@@ -112,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollout_parsers(sub, common)
     add_log_parsers(sub, common)
     add_top_parsers(sub, common)
+    add_history_parsers(sub, common)
     add_secret_parsers(sub, common)
     add_token_parsers(sub, common)
     add_auth_parsers(sub, common)
@@ -194,6 +197,7 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
     **ROLLOUT_COMMANDS,
     **LOG_COMMANDS,
     **TOP_COMMANDS,
+    **HISTORY_COMMANDS,
     **SECRET_COMMANDS,
     **TOKEN_COMMANDS,
     **AUTH_COMMANDS,

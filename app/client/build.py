@@ -207,6 +207,16 @@ def version() -> Request:
     return Request("GET", "/version")
 
 
+AUDIT = "/apis/audit.quaymaster.io/v1"
+
+
+def history(namespace: str | None, **query: str | None) -> Request:
+    """A page of the change history (``app.api.history``): a namespace's, or the cluster's
+    (``namespace=None``); ``query`` holds its filters and ``continue``."""
+    where = f"{AUDIT}/namespaces/{_seg(namespace)}/history" if namespace else f"{AUDIT}/history"
+    return Request("GET", where, _params(**query))
+
+
 AUTHN = "/apis/authentication.quaymaster.io/v1"
 
 

@@ -14,6 +14,7 @@ from app.core.authz.rules import ALL, Rule, rule
 from app.core.kinds import GROUP
 
 METRICS_GROUP = f"metrics.{GROUP}"
+AUDIT_GROUP = f"audit.{GROUP}"  # the change history, read-only (ADR 0061)
 READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete", "deletecollection")
 SCALABLE = ("deployments", "replicasets", "jobs")
@@ -55,6 +56,10 @@ _EDIT = (
 _ADMIN = (
     *_EDIT,
     rule([*READ, *WRITE], RBAC_NAMESPACED, [GROUP]),
+    # The namespace's whole change history: every kind, RBAC and Secrets' digests included,
+    # so only the role that reads all of them. view and edit see an object's history through
+    # ``get`` on the object (ADR 0061).
+    rule(["list"], ["history"], [AUDIT_GROUP]),
 )
 _CLUSTER_ADMIN = (rule([ALL], [ALL], [ALL]),)
 _BASIC_USER = (
