@@ -38,6 +38,7 @@ import contextlib
 
 from app.stream.revisioner import streaming
 from bench.common import ROOT, Stack, free_port, machine, median, percentile, write_result
+from bench.loaders import NODE_COLUMNS, POD_COLUMNS, copy_rows
 from bench.scheduler.measure import (
     BATCH_NS,
     BATCH_SIZE,
@@ -127,36 +128,12 @@ OWNER_UID = str(uuid.uuid4())
 
 
 def copy_pods(db: psycopg.Connection[Any], ns: str, rows: list[tuple[str, dict, dict]]) -> None:
-    """One transaction: COPY the pods in."""
-    owner = json.dumps(
-        [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": "big",
-                "uid": OWNER_UID,
-                "controller": True,
-            }
-        ]
-    )
-    with (
-        db.transaction(),
-        db.cursor() as cur,
-        cur.copy(
-            "COPY pods (uid, namespace, name, labels, owner_references, spec) FROM STDIN"
-        ) as cp,
-    ):
-        for name, labels, spec in rows:
-            cp.write_row(
-                (
-                    uuid.uuid4(),
-                    ns,
-                    name,
-                    json.dumps(labels),
-                    owner if ns == BATCH_NS else "[]",
-                    json.dumps(spec),
-                )
-            )
+    """One transaction: COPY the pods in (the batch namespace's owned by the job)."""
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "big", "uid": OWNER_UID,
+              "controller": True}]  # fmt: skip
+    owners = owner if ns == BATCH_NS else []
+    copy_rows(db, "pods", POD_COLUMNS,
+              ((None, ns, name, labels, owners, spec) for name, labels, spec in rows))  # fmt: skip
 
 
 # -- processes ----------------------------------------------------------------------------------
@@ -315,21 +292,17 @@ def load_nodes(run: Run) -> dict[str, float]:
     """COPY the nodes in, then wait until they are in the revision log."""
     args = run.args
     t0 = time.monotonic()
-    with (
-        run.db.transaction(),
-        run.db.cursor() as cur,
-        cur.copy("COPY nodes (uid, name, labels, spec, status) FROM STDIN") as cp,
-    ):
-        status = json.dumps({
-            "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-            "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        })  # fmt: skip
-        for i in range(args.nodes):
-            name = f"node-{i:05d}"
-            labels = {"topology.kubernetes.io/zone": ZONES[i % 3],
-                      "kubernetes.io/hostname": name}  # fmt: skip
-            cp.write_row((uuid.uuid4(), name, json.dumps(labels), "{}", status))
+    status = {
+        "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+        "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    rows = (
+        (None, name, {"topology.kubernetes.io/zone": ZONES[i % 3], "kubernetes.io/hostname": name},
+         {}, status)
+        for i, name in ((i, f"node-{i:05d}") for i in range(args.nodes))
+    )  # fmt: skip
+    copy_rows(run.db, "nodes", NODE_COLUMNS, rows)
     nodes_insert_s = time.monotonic() - t0
     wait_for("the nodes in the revision log", lambda: run.stream_at() >= args.nodes, 300,
              [run.rev])  # fmt: skip
