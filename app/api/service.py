@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from app.store import secret_keys
 from app.store.store import Store
 from app.store.tokens import User
 from app.stream.cache import Cached, Matcher, WatchCache
+from app.stream.index import terms_of
 
 MAX_BODY = 3 * 1024 * 1024
 _dec = msgspec.json.Decoder()
@@ -169,7 +170,7 @@ class Objects:
         items: list[bytes] = []
         last: Cached | None = None
         more = False
-        for c in self.cache.iter(kind, namespace, after):
+        for c in self._source(kind, namespace, after, label_selector, field_selector):
             if (labels and not labels(c.labels)) or (fields and not fields(c.fields)):
                 continue
             if limit and len(items) >= limit:
@@ -179,6 +180,27 @@ class Objects:
             last = c
         token = _encode_continue((last.namespace, last.name), revision) if more and last else None
         return items, revision, token
+
+    def _source(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        after: tuple[str, str] | None,
+        label_selector: str | None,
+        field_selector: str | None,
+    ) -> Iterator[Cached]:
+        """The objects a list tests, in key order: the selector index's candidates when its
+        equality terms narrow the kind, else the whole kind (or namespace)."""
+        allowed = kind.field_columns
+        terms = terms_of(label_selector, field_selector, allowed)
+        keys = self.cache.candidates(kind, namespace, after, terms) if terms else None
+        if keys is None:
+            yield from self.cache.iter(kind, namespace, after)
+            return
+        for ns, name in keys:
+            c = self.cache.get(kind, ns, name)  # a scoped cache leaves out what is out of reach
+            if c is not None:
+                yield c
 
     # -- writes ----------------------------------------------------------------------
     async def create(

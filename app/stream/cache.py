@@ -27,6 +27,7 @@ from sortedcontainers import SortedDict
 from app.core.errors import Gone, Timeout
 from app.core.kinds import BY_KIND, STREAMED, Kind
 from app.core.objects import get_path
+from app.stream.index import SelectorIndex, Term
 from app.stream.log import OPS, TAIL_SETTINGS, LogEntry
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class WatchCache:
         self.window_floor = 0  # watching from below this revision is 410 Gone
         self.objects: dict[str, SortedDict] = {k.kind: SortedDict() for k in STREAMED}
         self.by_uid: dict[str, Cached] = {}
+        self.index = SelectorIndex()  # selector terms -> keys (app.stream.index)
         self.deleted: dict[str, Cached] = {}  # recently deleted, for writers still waiting
         self.watchers: set[Watcher] = set()
         self._waiters: dict[str, list[tuple[int, asyncio.Future[Cached | None]]]] = {}
@@ -267,6 +269,7 @@ class WatchCache:
         self.window_bytes = 0
         self.objects = {k.kind: SortedDict() for k in STREAMED}
         self.by_uid.clear()
+        self.index.clear()
         await self._load(conn)
         self._resolve_revisions()
 
@@ -307,17 +310,24 @@ class WatchCache:
 
     def _put(self, c: Cached) -> None:
         old = self.by_uid.get(c.uid)
-        if old is not None and (old.namespace, old.name) != (c.namespace, c.name):
-            self.objects[old.kind.kind].pop((old.namespace, old.name), None)  # renamed by SQL
-        self.objects[c.kind.kind][(c.namespace, c.name)] = c
+        store = self.objects[c.kind.kind]
+        if old is not None:
+            self.index.remove(old)
+            if (old.namespace, old.name) != (c.namespace, c.name):
+                self.objects[old.kind.kind].pop((old.namespace, old.name), None)  # renamed
+        replaced = store.get((c.namespace, c.name))
+        if replaced is not None and replaced is not old:
+            self.index.remove(replaced)
+        store[(c.namespace, c.name)] = c
         self.by_uid[c.uid] = c
+        self.index.add(c)
 
     def _drop(self, c: Cached) -> None:
         current = self.by_uid.pop(c.uid, None) or c
         store = self.objects[current.kind.kind]
         key = (current.namespace, current.name)
         if key in store and store[key].uid == c.uid:
-            del store[key]
+            self.index.remove(store.pop(key))
         self.deleted[c.uid] = c
         if len(self.deleted) > 10_000:
             self.deleted.pop(next(iter(self.deleted)))
@@ -419,6 +429,14 @@ class WatchCache:
             keys = store.irange(low, (namespace, "\U0010ffff"), inclusive=(after is None, True))
         for key in keys:
             yield store[key]
+
+    def candidates(
+        self, kind: Kind, namespace: str | None, after: tuple[str, str] | None, terms: list[Term]
+    ) -> list[tuple[str, str]] | None:
+        """Sorted keys of the objects that may match ``terms`` (read them with :meth:`get`),
+        or None when the list should walk :meth:`iter` instead (app.stream.index)."""
+        total = len(self.objects[kind.kind])
+        return self.index.candidates(kind.kind, total, terms, namespace, after)
 
     def watch(self, w: Watcher, since: int | None) -> None:
         """Register ``w``; replay retained events after ``since`` first (None: from now, with
