@@ -15,7 +15,7 @@ from typing import Any
 from litestar.static_files import create_static_files_router
 
 from app.api.ui import live
-from app.api.ui.pages import pods, signin
+from app.api.ui.pages import events, history, pods, signin
 
 STATIC = Path(__file__).parent / "static"
 
@@ -23,5 +23,7 @@ HANDLERS: list[Any] = [
     *signin.HANDLERS,
     *live.HANDLERS,
     *pods.HANDLERS,
+    *events.HANDLERS,
+    *history.HANDLERS,
     create_static_files_router(path="/ui/static", directories=[STATIC], include_in_schema=False),
 ]
