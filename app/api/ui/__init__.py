@@ -15,7 +15,7 @@ from typing import Any
 from litestar.static_files import create_static_files_router
 
 from app.api.ui import live
-from app.api.ui.pages import events, history, pods, signin
+from app.api.ui.pages import events, history, nodes, overview, pods, signin
 
 STATIC = Path(__file__).parent / "static"
 
@@ -25,5 +25,7 @@ HANDLERS: list[Any] = [
     *pods.HANDLERS,
     *events.HANDLERS,
     *history.HANDLERS,
+    *nodes.HANDLERS,
+    *overview.HANDLERS,
     create_static_files_router(path="/ui/static", directories=[STATIC], include_in_schema=False),
 ]
