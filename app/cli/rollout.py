@@ -6,30 +6,27 @@
 Deployment controller treats as a new rollout that reuses that ReplicaSet; ``restart`` stamps
 the template with ``quaymaster.io/restartedAt`` so every pod is replaced within the rollout's
 budget; ``pause`` and ``resume`` set ``spec.paused``. Writes are conditional on the version
-read, and retried on a conflict.
+read, and retried on a conflict. The rules are :mod:`app.core.rollout`'s, which the web UI
+follows too; this module reads, writes and prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.controllers.deployment.config import references
+from app.core import rollout as core
 from app.core.errors import Conflict
 from app.core.kinds import BY_KIND
+from app.core.rollout import rollout_state
 
 from .context import Context, UsageError
 
 DEPLOYMENT = BY_KIND["Deployment"]
 REPLICASET = BY_KIND["ReplicaSet"]
-REVISION = "deployment.kubernetes.io/revision"
-CHANGE_CAUSE = "kubernetes.io/change-cause"
-RESTARTED_AT = "quaymaster.io/restartedAt"
-HASH_LABEL = "pod-template-hash"
 Obj = dict[str, Any]
 
 
@@ -64,31 +61,22 @@ def _name(target: str) -> str:
     return name
 
 
-def _revisions(ctx: Context, dep: Obj) -> list[tuple[int, Obj]]:
-    uid = dep["metadata"]["uid"]
+def _revisions(ctx: Context, dep: Obj) -> list[core.Revision]:
     listed = ctx.client.list(REPLICASET, dep["metadata"]["namespace"])
-    out = []
-    for rs in listed["items"]:
-        refs = (rs.get("metadata") or {}).get("ownerReferences") or []
-        if any(r.get("uid") == uid and r.get("controller") for r in refs):
-            annotations = rs["metadata"].get("annotations") or {}
-            try:
-                out.append((int(annotations.get(REVISION, "0")), rs))
-            except ValueError:
-                continue
-    return sorted(out, key=lambda t: t[0])
+    return core.revisions(dep, listed["items"])
 
 
-def _update(ctx: Context, name: str, change: Callable[[Obj], str | None]) -> int:
-    """Read, change and replace the Deployment, retrying conflicts; ``change`` returns a
-    message to print, or ``None`` when there is nothing to do."""
+def _update(ctx: Context, name: str, change: Callable[[Obj], tuple[Obj | None, str]]) -> int:
+    """Read, change and replace the Deployment, retrying conflicts; ``change`` returns the
+    changed Deployment (``None``: nothing to do) and the message to print."""
     for _ in range(10):
         dep = ctx.client.get(DEPLOYMENT, ctx.namespace, name)
-        message = change(dep)
-        if message is None:
+        changed, message = change(dep)
+        if changed is None:
+            ctx.print(f"deployment/{name} {message}")
             return 0
         try:
-            ctx.client.replace(DEPLOYMENT, ctx.namespace, dep)
+            ctx.client.replace(DEPLOYMENT, ctx.namespace, changed)
         except Conflict:
             continue
         ctx.print(f"deployment/{name} {message}")
@@ -101,103 +89,42 @@ def run_history(ctx: Context, name: str) -> int:
     dep = ctx.client.get(DEPLOYMENT, ctx.namespace, name)
     ctx.print(f"deployment/{name}")
     ctx.print(f"{'REVISION':<10}{'REPLICAS':<10}{'IMAGES':<40}{'CONFIG':<40}CHANGE-CAUSE")
-    for revision, rs in _revisions(ctx, dep):
-        template = (rs.get("spec") or {}).get("template") or {}
-        containers = (template.get("spec") or {}).get("containers") or []
-        images = ",".join(str(c.get("image", "")) for c in containers)
+    for r in _revisions(ctx, dep):
+        images = ",".join(r.images)
         # The ConfigMaps and Secrets it reads: snapshots, for a Deployment's ReplicaSets.
-        configs = ",".join(f"{_SHORT[k]}/{n}" for k, n in sorted(references(template))) or "-"
-        cause = (rs["metadata"].get("annotations") or {}).get(CHANGE_CAUSE, "<none>")
-        replicas = (rs.get("spec") or {}).get("replicas", 0)
-        ctx.print(f"{revision:<10}{replicas!s:<10}{images:<40}{configs:<40}{cause}")
+        configs = ",".join(f"{_SHORT[k]}/{n}" for k, n in r.configs) or "-"
+        replicas = (r.replicaset.get("spec") or {}).get("replicas", 0)
+        ctx.print(
+            f"{r.number:<10}{replicas!s:<10}{images:<40}{configs:<40}{r.change_cause or '<none>'}"
+        )
     return 0
 
 
 _SHORT = {"ConfigMap": "cm", "Secret": "secret"}
 
 
-def _template_of(rs: Obj) -> Obj:
-    template = copy.deepcopy((rs.get("spec") or {}).get("template") or {})
-    labels = (template.get("metadata") or {}).get("labels") or {}
-    labels.pop(HASH_LABEL, None)
-    return template
-
-
 def run_undo(ctx: Context, name: str, to_revision: int) -> int:
-    def change(dep: Obj) -> str | None:
-        revisions = _revisions(ctx, dep)
-        if to_revision:
-            chosen = [rs for rev, rs in revisions if rev == to_revision]
-            if not chosen:
-                raise UsageError(f"revision {to_revision} of deployment/{name} not found")
-            target = chosen[0]
-        else:
-            if len(revisions) < 2:
-                raise UsageError(f"deployment/{name} has no previous revision")
-            target = revisions[-2][1]
-        template = _template_of(target)
-        current = copy.deepcopy(dep["spec"]["template"])
-        (current.get("metadata") or {}).get("labels", {}).pop(HASH_LABEL, None)
-        if template == current:
-            ctx.print(f"deployment/{name} already runs that template; nothing to undo")
-            return None
-        dep["spec"]["template"] = template
-        return "rolled back"
+    def change(dep: Obj) -> tuple[Obj | None, str]:
+        try:
+            changed = core.rolled_back(dep, _revisions(ctx, dep), to_revision)
+        except core.NoSuchRevision as exc:
+            raise UsageError(f"deployment/{name}: {exc}") from None
+        return changed, "rolled back" if changed else "already runs that template; nothing to undo"
 
     return _update(ctx, name, change)
 
 
 def run_restart(ctx: Context, name: str) -> int:
-    def change(dep: Obj) -> str:
-        meta = dep["spec"]["template"].setdefault("metadata", {})
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        meta.setdefault("annotations", {})[RESTARTED_AT] = stamp
-        return "restarted"
-
-    return _update(ctx, name, change)
+    return _update(ctx, name, lambda dep: (core.restarted(dep, datetime.now(UTC)), "restarted"))
 
 
 def run_pause(ctx: Context, name: str, paused: bool) -> int:
-    def change(dep: Obj) -> str | None:
-        if bool(dep["spec"].get("paused")) == paused:
-            ctx.print(f"deployment/{name} already {'paused' if paused else 'resumed'}")
-            return None
-        dep["spec"]["paused"] = paused
-        return "paused" if paused else "resumed"
+    def change(dep: Obj) -> tuple[Obj | None, str]:
+        changed = core.with_paused(dep, paused)
+        done = "paused" if paused else "resumed"
+        return changed, done if changed else f"already {done}"
 
     return _update(ctx, name, change)
-
-
-def rollout_state(dep: Obj) -> tuple[str, str]:
-    """(``done`` | ``failed`` | ``waiting``, a line for people) for one read of the Deployment,
-    by Kubernetes' rules: the status must describe the current generation first."""
-    spec, status = dep.get("spec") or {}, dep.get("status") or {}
-    name = dep["metadata"]["name"]
-    if int(status.get("observedGeneration") or 0) < int(dep["metadata"].get("generation") or 0):
-        return "waiting", f"Waiting for deployment {name!r} spec update to be observed..."
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
-            return "failed", f"error: deployment {name!r} exceeded its progress deadline"
-    want = int(spec.get("replicas", 1))
-    updated = int(status.get("updatedReplicas") or 0)
-    total = int(status.get("replicas") or 0)
-    available = int(status.get("availableReplicas") or 0)
-    if updated < want:
-        return "waiting", (
-            f"Waiting for deployment {name!r} rollout to finish: {updated} out of {want} new "
-            "replicas have been updated..."
-        )
-    if total > updated:
-        return "waiting", (
-            f"Waiting for deployment {name!r} rollout to finish: {total - updated} old replicas "
-            "are pending termination..."
-        )
-    if available < updated:
-        return "waiting", (
-            f"Waiting for deployment {name!r} rollout to finish: {available} of {updated} "
-            "updated replicas are available..."
-        )
-    return "done", f"deployment {name!r} successfully rolled out"
 
 
 def run_status(ctx: Context, name: str, timeout: float, watch: bool) -> int:
