@@ -49,7 +49,7 @@ LEASE = BY_KIND["Lease"]
 NODE_LEASE_NAMESPACE = "quaymaster-node-lease"
 INTERVAL_S = 15.0
 KEEP_S = 3600.0
-CHUNK = 5000
+CHUNK = 1000  # objects read between yields to the event loop (~10 ms)
 
 __all__ = [
     "ClusterSnapshot", "ClusterSummary", "NodePage", "NodeRow", "Observed", "Sample", "Totals",
