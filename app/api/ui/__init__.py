@@ -15,7 +15,17 @@ from typing import Any
 from litestar.static_files import create_static_files_router
 
 from app.api.ui import live
-from app.api.ui.pages import events, history, nodes, overview, pods, signin
+from app.api.ui.pages import (
+    events,
+    history,
+    nodes,
+    overview,
+    pod_detail,
+    pod_logs,
+    pods,
+    services,
+    signin,
+)
 
 STATIC = Path(__file__).parent / "static"
 
@@ -23,6 +33,9 @@ HANDLERS: list[Any] = [
     *signin.HANDLERS,
     *live.HANDLERS,
     *pods.HANDLERS,
+    *pod_detail.HANDLERS,
+    *pod_logs.HANDLERS,
+    *services.HANDLERS,
     *events.HANDLERS,
     *history.HANDLERS,
     *nodes.HANDLERS,

@@ -118,3 +118,75 @@
 
   if (!document.hidden) start();
 })();
+
+// Log follow (pods/logs.html): the "Follow" button opens the server-sent events of
+// /ui/pods/<ns>/<name>/logs/follow and appends each "line" event to <pre id="log-lines">,
+// keeping the last MAX_LINES. A hidden tab closes the stream; shown again, it reopens from
+// the last lines (the log API has no sinceTime), replacing what the page held. "end" and
+// "error" events say why the stream stopped.
+(function () {
+  "use strict";
+  const button = document.getElementById("log-follow");
+  const pre = document.getElementById("log-lines");
+  const state = document.getElementById("log-state");
+  if (!button || !pre) return;
+  const MAX_LINES = 5000;
+  let source = null;
+  let following = false;
+  let lines = [];
+  let drawn = true;
+
+  function tell(text) { if (state) state.textContent = text; }
+
+  function draw() {
+    drawn = true;
+    if (lines.length > MAX_LINES) lines = lines.slice(lines.length - MAX_LINES);
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = lines.join("\n");
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  }
+
+  function later() {
+    if (drawn) { drawn = false; window.requestAnimationFrame(draw); }
+  }
+
+  function close() { if (source) { source.close(); source = null; } }
+
+  function open() {
+    close();
+    lines = [];
+    source = new EventSource(button.dataset.url + "&tail=" + encodeURIComponent(button.dataset.tail || "100"));
+    tell("Following (the last " + (button.dataset.tail || "100") + " lines, then new ones)…");
+    source.addEventListener("line", function (ev) { lines.push(JSON.parse(ev.data)); later(); });
+    source.addEventListener("end", function (ev) { stopFollowing(JSON.parse(ev.data)); });
+    source.addEventListener("error", function (ev) {
+      if (ev.data) { stopFollowing("The log cannot be followed: " + JSON.parse(ev.data)); return; }
+      close();  // the connection broke: reopen rather than let the browser resend the tail
+      if (following && !document.hidden) {
+        tell("The log stream was lost; reconnecting…");
+        setTimeout(function () { if (following && !source && !document.hidden) open(); }, 2000);
+      }
+    });
+  }
+
+  function stopFollowing(why) {
+    following = false;
+    close();
+    button.textContent = "Follow";
+    button.setAttribute("aria-pressed", "false");
+    tell(why);
+  }
+
+  button.addEventListener("click", function () {
+    if (following) { stopFollowing("Stopped following."); return; }
+    following = true;
+    button.textContent = "Stop following";
+    button.setAttribute("aria-pressed", "true");
+    open();
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (!following) return;
+    if (document.hidden) { close(); tell("Paused while the tab is hidden."); } else { open(); }
+  });
+})();
