@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from app.core.fields import EQUALS as FIELD_EQUALS
 from app.core.fields import parse_field_selector
+from app.core.kinds import BY_KIND
 from app.core.labels import EQUALS, IN, parse_selector
 
 if TYPE_CHECKING:
@@ -93,6 +94,11 @@ class SelectorIndex:
     ) -> list[Key] | None:
         """Sorted keys that may match (in ``namespace``, after ``after``), or None when no
         term narrows the kind enough and the caller should walk it in order."""
+        known = BY_KIND.get(kind)
+        indexed = known.field_columns if known is not None else {}
+        # Only what _terms indexes narrows: a field such as metadata.name is selectable but
+        # not indexed, and its missing set must not read as "no object has it".
+        terms = [t for t in terms if t[0] == "l" or t[1] in indexed]
         if not terms:
             return None
         sets = self._sets.get(kind, {})

@@ -82,7 +82,8 @@ def test_the_index_agrees_with_a_walk(seed: int) -> None:
         live[uid] = (ns, name)
     used = 0
     queries = [("app=a1", None), (None, "spec.nodeName=n2"), ("app=a3", "spec.nodeName=n1"),
-               (None, "status.phase=Pending")]  # fmt: skip
+               (None, "status.phase=Pending"), (None, "metadata.name=pu7"),
+               ("app=a2", "metadata.namespace=ns1")]  # fmt: skip
     for labels, fields in queries:
         for ns in (None, "ns1"):
             for after in (None, ("ns1", "pu5")):
@@ -98,3 +99,11 @@ def test_a_term_holding_most_of_the_kind_walks_instead() -> None:
     cache.apply([entry(i, f"u{i}", "ns", f"p{i}", "A", "same", "") for i in range(1, 11)])
     assert cache.candidates(POD, None, None, [("l", "app", "same")]) is None
     assert cache.candidates(POD, None, None, [("l", "app", "other")]) == []
+
+
+def test_a_selectable_field_the_index_does_not_hold_walks_instead_of_finding_nothing() -> None:
+    cache = WatchCache()
+    cache.apply([entry(i, f"u{i}", "ns", f"p{i}", "A", f"a{i}", "") for i in range(1, 11)])
+    assert cache.candidates(POD, None, None, terms_of(None, "metadata.name=p3", ALLOWED)) is None
+    narrowed = cache.candidates(POD, None, None, terms_of("app=a3", "metadata.name=p3", ALLOWED))
+    assert narrowed == [("ns", "p3")]
