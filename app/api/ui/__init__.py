@@ -25,6 +25,7 @@ from app.api.ui.pages import (
     pods,
     services,
     signin,
+    workloads,
 )
 
 STATIC = Path(__file__).parent / "static"
@@ -38,6 +39,7 @@ HANDLERS: list[Any] = [
     *services.HANDLERS,
     *events.HANDLERS,
     *history.HANDLERS,
+    *workloads.HANDLERS,
     *nodes.HANDLERS,
     *overview.HANDLERS,
     create_static_files_router(path="/ui/static", directories=[STATIC], include_in_schema=False),
