@@ -192,6 +192,8 @@ def ui_action(fn: Callable[..., Awaitable[str]]) -> PageHandler:
         reason = " ".join(str(form.get("reason") or "").split())[:MAX_REASON]
         try:
             message = await fn(view, form, reason)
+        except errors.Forbidden as exc:  # the server's refusal, whatever the page offered
+            return error_page(view, exc)
         except errors.StatusError as exc:
             return back(to, failed=str(exc))
         return back(to, done=message)

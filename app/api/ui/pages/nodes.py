@@ -1,10 +1,11 @@
 """Nodes: the list, one node's page, and taking a node out of service and back.
 
 The list is the REST list of Nodes, 50 a page with ``continue``; its filters are the list's
-own: a label selector and cordoned or not (``spec.unschedulable``, a selectable field). A name
-is exact: a GET of that node, the other filters applied to it here. Lease ages come from the API server's watch
-cache through the cluster summary (:mod:`app.stream.summary`), one dictionary read per row,
-and only for a principal who may ``get`` Leases in ``quaymaster-node-lease``.
+own: a label selector and cordoned or not (``spec.unschedulable``, a selectable field). A
+name is exact: a GET of that node, the other filters applied to it here. Lease ages come from
+the API server's watch cache through the cluster summary (:mod:`app.stream.summary`), one
+dictionary read per row, and only for a principal who may ``get`` Leases in
+``quaymaster-node-lease``.
 
 A node's page shows its conditions, its agent's Lease (when it last renewed), taints, labels,
 its pods (REST list with ``fieldSelector spec.nodeName``, 200 a page), what they request
