@@ -170,7 +170,8 @@ class Objects:
         items: list[bytes] = []
         last: Cached | None = None
         more = False
-        for c in self._source(kind, namespace, after, label_selector, field_selector):
+        source = self._source(kind, namespace, after, label_selector, field_selector, limit)
+        for c in source:
             if (labels and not labels(c.labels)) or (fields and not fields(c.fields)):
                 continue
             if limit and len(items) >= limit:
@@ -188,12 +189,13 @@ class Objects:
         after: tuple[str, str] | None,
         label_selector: str | None,
         field_selector: str | None,
+        limit: int | None,
     ) -> Iterator[Cached]:
         """The objects a list tests, in key order: the selector index's candidates when its
         equality terms narrow the kind, else the whole kind (or namespace)."""
         allowed = kind.field_columns
         terms = terms_of(label_selector, field_selector, allowed)
-        keys = self.cache.candidates(kind, namespace, after, terms) if terms else None
+        keys = self.cache.candidates(kind, namespace, after, terms, limit) if terms else None
         if keys is None:
             yield from self.cache.iter(kind, namespace, after)
             return

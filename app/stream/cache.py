@@ -431,12 +431,17 @@ class WatchCache:
             yield store[key]
 
     def candidates(
-        self, kind: Kind, namespace: str | None, after: tuple[str, str] | None, terms: list[Term]
+        self,
+        kind: Kind,
+        namespace: str | None,
+        after: tuple[str, str] | None,
+        terms: list[Term],
+        limit: int | None = None,
     ) -> list[tuple[str, str]] | None:
         """Sorted keys of the objects that may match ``terms`` (read them with :meth:`get`),
         or None when the list should walk :meth:`iter` instead (app.stream.index)."""
         total = len(self.objects[kind.kind])
-        return self.index.candidates(kind.kind, total, terms, namespace, after)
+        return self.index.candidates(kind.kind, total, terms, namespace, after, limit)
 
     def watch(self, w: Watcher, since: int | None) -> None:
         """Register ``w``; replay retained events after ``since`` first (None: from now, with

@@ -91,9 +91,12 @@ class SelectorIndex:
         terms: list[Term],
         namespace: str | None,
         after: Key | None,
+        limit: int | None = None,
     ) -> list[Key] | None:
         """Sorted keys that may match (in ``namespace``, after ``after``), or None when no
-        term narrows the kind enough and the caller should walk it in order."""
+        term narrows the kind enough and the caller should walk it in order. With a
+        ``limit``, a walk stops after about ``limit * total / len(set)`` objects: when that
+        is fewer than the set holds, the walk is the cheaper one."""
         known = BY_KIND.get(kind)
         indexed = known.field_columns if known is not None else {}
         # Only what _terms indexes narrows: a field such as metadata.name is selectable but
@@ -104,6 +107,8 @@ class SelectorIndex:
         sets = self._sets.get(kind, {})
         best = min((sets.get(t, set()) for t in terms), key=len)
         if len(best) * WORTH > total:
+            return None
+        if limit and best and len(best) * len(best) > (limit + 1) * total:
             return None
         keys = (
             best

@@ -107,3 +107,12 @@ def test_a_selectable_field_the_index_does_not_hold_walks_instead_of_finding_not
     assert cache.candidates(POD, None, None, terms_of(None, "metadata.name=p3", ALLOWED)) is None
     narrowed = cache.candidates(POD, None, None, terms_of("app=a3", "metadata.name=p3", ALLOWED))
     assert narrowed == [("ns", "p3")]
+
+
+def test_with_a_limit_a_dense_term_walks_instead() -> None:
+    cache = WatchCache()
+    cache.apply([entry(i, f"u{i}", "ns", f"p{i}", "A", f"a{i % 5}", "") for i in range(1, 201)])
+    term = [("l", "app", "a3")]  # 40 of 200: a walk for 3 finds them within ~15 objects
+    assert cache.candidates(POD, None, None, term, limit=2) is None
+    assert len(cache.candidates(POD, None, None, term, limit=50) or []) == 40
+    assert len(cache.candidates(POD, None, None, term) or []) == 40
