@@ -126,7 +126,9 @@ async def test_every_page_renders_is_accessible_and_is_kept_as_a_screenshot(
     await expect(
         page.get_by_text("0/1 nodes are available: 1 Insufficient cpu.").first
     ).to_be_visible()
-    await page.goto(ui_url + f"/history/deployments/{cluster['ns']}/web")
+    await page.goto(ui_url + f"/workloads/deployments/{cluster['ns']}/web")
+    await page.get_by_role("link", name="History: who changed it, when and why").click()
+    await expect(page).to_have_url(ui_url + f"/history/deployments/{cluster['ns']}/web")
     await expect(page.get_by_text("ship web 2").first).to_be_visible()
 
 
