@@ -17,6 +17,7 @@ grammar the API, the scheduler and the database share.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
@@ -165,15 +166,15 @@ def pod_facts(raw: bytes) -> PodFacts:
                 reason = cond.reason or "Unschedulable"
     pending = not node and not terminal and not meta.deletionTimestamp
     return PodFacts(
-        node=node,
+        node=sys.intern(node),  # 300,000 pods name 10,000 nodes and a few phases: share them
         cpu_milli=cpu,
         memory_bytes=mem,
-        phase=phase,
+        phase=sys.intern(phase),
         holds_room=bool(node) and not terminal,
         pending=pending,
         created=timestamp(meta.creationTimestamp),
         scheduled=scheduled,
-        reason=reason if pending else "",
+        reason=sys.intern(reason) if pending else "",
     )
 
 

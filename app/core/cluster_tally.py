@@ -109,13 +109,15 @@ def _ratio(used: int, total: int) -> float:
     return used / total if total else (float("inf") if used else 0.0)
 
 
-_SORT_KEYS: dict[str, Callable[[NodeRow], object]] = {
-    "name": lambda r: r.name,
-    "zone": lambda r: (r.zone, r.name),
-    "cpu": lambda r: (_ratio(r.cpu_requested_milli, r.cpu_allocatable_milli), r.name),
-    "memory": lambda r: (_ratio(r.memory_requested_bytes, r.memory_allocatable_bytes), r.name),
-    "pods": lambda r: (r.pods, r.name),
-    "ready": lambda r: (r.ready, not r.unschedulable, r.name),  # problems first
+# Sort keys over the tally's own records (facts known), so a page builds only its own rows.
+_SORT_KEYS: dict[str, Callable[[_Node], object]] = {
+    "name": lambda n: n.facts.name,  # type: ignore[union-attr]
+    "zone": lambda n: (n.facts.zone, n.facts.name),  # type: ignore[union-attr]
+    "cpu": lambda n: (_ratio(n.cpu, n.facts.cpu_milli), n.facts.name),  # type: ignore[union-attr]
+    "memory": lambda n: (_ratio(n.mem, n.facts.memory_bytes), n.facts.name),  # type: ignore[union-attr]
+    "pods": lambda n: (n.pods, n.facts.name),  # type: ignore[union-attr]
+    # problems first: not ready, then cordoned
+    "ready": lambda n: (n.facts.ready, not n.facts.unschedulable, n.facts.name),  # type: ignore[union-attr]
 }
 
 
@@ -153,10 +155,12 @@ class Tally:
             self._count_pod(uid, old, -1)
         if facts is None:
             return
-        self._pods[uid] = facts
-        self._count_pod(uid, facts, +1)
         if old is not None and not old.node and facts.node and facts.scheduled and facts.created:
             self.latencies.append(max(0.0, facts.scheduled - facts.created))
+        if not facts.pending:  # only a pending pod's creation time is read again: keep less
+            facts = facts._replace(created=0.0, scheduled=0.0)
+        self._pods[uid] = facts
+        self._count_pod(uid, facts, +1)
 
     def _count_pod(self, uid: str, p: PodFacts, sign: int) -> None:
         self._phases[p.phase] = self._phases.get(p.phase, 0) + sign
@@ -244,16 +248,17 @@ class Tally:
         limit: int = 50,
     ) -> NodePage:
         """One page of nodes, filtered and sorted here (a sort of 10,000 rows per call)."""
-        rows = [
-            n.row()
+        nodes = [
+            n
             for n in self._nodes.values()
             if n.facts is not None
             and (zone is None or n.facts.zone == zone)
             and (ready is None or n.facts.ready == ready)
             and (unschedulable is None or n.facts.unschedulable == unschedulable)
         ]
-        rows.sort(key=_SORT_KEYS[sort], reverse=descending)  # type: ignore[arg-type]
-        return NodePage(len(rows), tuple(rows[max(0, offset) : max(0, offset) + max(0, limit)]))
+        nodes.sort(key=_SORT_KEYS[sort], reverse=descending)  # type: ignore[arg-type]
+        start = max(0, offset)
+        return NodePage(len(nodes), tuple(n.row() for n in nodes[start : start + max(0, limit)]))
 
     def node(self, name: str) -> NodeRow | None:
         n = self._nodes.get(name)
