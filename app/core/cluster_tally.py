@@ -260,6 +260,10 @@ class Tally:
         start = max(0, offset)
         return NodePage(len(nodes), tuple(n.row() for n in nodes[start : start + max(0, limit)]))
 
+    def node_zones(self) -> dict[str, str]:
+        """Every node's zone, by name (no rows built)."""
+        return {name: n.facts.zone for name, n in self._nodes.items() if n.facts is not None}
+
     def node(self, name: str) -> NodeRow | None:
         n = self._nodes.get(name)
         return n.row() if n is not None and n.facts is not None else None

@@ -355,3 +355,20 @@ async def test_observed_usage_reads_a_page_of_nodes_in_one_round_trip() -> None:
     assert list(got) == ["n1"] and (got["n1"].cpu_millis, got["n1"].at) == (1500, T0 - 5)
     assert len(redis.calls) == 1
     assert await observed_usage(None, ["n1"]) == {}
+
+    c = Cluster()
+    c.write(node_obj("n1", "a"), "A")
+    c.write(node_obj("n2", "b"), "A")
+
+    async def body() -> None:
+        redis.calls.clear()
+        assert await c.summary.observed_by_zone(store) == {"a": (1500, 2**30)}
+        c.now += 14
+        assert await c.summary.observed_by_zone(store) == {"a": (1500, 2**30)}
+        assert len(redis.calls) == 1  # read once per interval
+        c.now += 1
+        await c.summary.observed_by_zone(store)
+        assert len(redis.calls) == 2
+        assert await c.summary.observed_by_zone(None) == {}
+
+    await running(c, body)
