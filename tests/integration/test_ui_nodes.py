@@ -224,4 +224,4 @@ def test_a_drain_names_the_budget_that_blocks_it(
     assert blockers, shown
     assert f'data-budget="{ns}/db-pdb"' in blockers.group(0)
     assert ">db-0<" in blockers.group(0) and "minAvailable 1" in blockers.group(0)
-    assert "Drain again" in shown
+    assert ">Drain</button>" in shown  # another pass may be asked for

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from litestar import Request, Response
 from litestar.response import Redirect
@@ -37,6 +37,7 @@ from app.core.kinds import Kind
 
 AUTHZ = "/apis/authorization.quaymaster.io/v1"
 MAX_REASON = 256
+FLASH = ("done", "failed")  # the query keys an action's outcome is shown from
 
 
 def asgi_app(request: Request[Any, Any, Any]) -> inproc.ASGIApp:
@@ -165,8 +166,10 @@ def _named(wrapper: PageHandler, fn: Callable[..., Any]) -> PageHandler:
 
 def back(to: str, **flash: str) -> Redirect:
     """Redirect to ``to`` (a path under /ui) with a flash message."""
-    sep = "&" if "?" in to else "?"
-    return Redirect(f"{to}{sep}{urlencode(flash)}" if flash else to, status_code=303)
+    path, _, query = to.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in FLASH]
+    query = urlencode(kept + list(flash.items()))
+    return Redirect(f"{path}?{query}" if query else path, status_code=303)
 
 
 def ui_action(fn: Callable[..., Awaitable[str]]) -> PageHandler:

@@ -121,10 +121,13 @@ async def sign_in(request: Request[Any, Any, Any], presented: str) -> tuple[str,
 async def sign_out(request: Request[Any, Any, Any], session: Session) -> None:
     """Revoke the session's token: the cookie stops working on every API server."""
     auth: Authenticator = request.app.state.auth
-    await tokens.revoke(
+    record = await tokens.revoke(
         auth.pool, session.user.token_id,
         write_context(session.user, verb="delete").using(reason="sign out"),
     )  # fmt: skip
+    uid = ((record or {}).get("metadata") or {}).get("uid")
+    if uid:  # at once here; the other API servers follow the revocation through the stream
+        auth.forget(str(uid))
 
 
 def cookie_header(request: Request[Any, Any, Any], token: str, max_age: float) -> str:

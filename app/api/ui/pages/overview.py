@@ -35,7 +35,7 @@ from app.core import errors
 from app.core.authz.builtin import METRICS_GROUP
 from app.core.capacity import timestamp
 from app.core.kinds import BY_KIND
-from app.stream.summary import ClusterSnapshot, Sample, observed_usage
+from app.stream.summary import ClusterSnapshot, Sample
 
 DEPLOYMENT = BY_KIND["Deployment"]
 EVENT = BY_KIND["Event"]
@@ -113,17 +113,11 @@ async def observed_by_zone(view: View, snap: ClusterSnapshot) -> dict[str, tuple
         return None
     if not await view.access.can("list", "nodes", group=METRICS_GROUP):
         return None
-    rows = summary.nodes(limit=snap.totals.nodes).items
-    zone = {r.name: r.zone for r in rows}
-    try:
-        seen = await observed_usage(usage, zone)
+    try:  # one read of the usage store per interval, shared by every page view
+        observed: dict[str, tuple[int, int]] = await summary.observed_by_zone(usage)
     except Exception:  # the usage store is best effort: the page renders without it
         return None
-    out: dict[str, tuple[int, int]] = {}
-    for name, o in seen.items():
-        cpu, mem = out.get(zone[name], (0, 0))
-        out[zone[name]] = (cpu + o.cpu_millis, mem + o.memory_bytes)
-    return out
+    return observed
 
 
 # -- the last hour -------------------------------------------------------------------------

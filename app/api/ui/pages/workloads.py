@@ -49,6 +49,12 @@ def _cond(obj: Obj, kind: str) -> Obj:
             "message": c.get("message", ""), "since": c.get("lastTransitionTime", "")}  # fmt: skip
 
 
+def new_and_available(updated: int, available: int, total: int) -> int:
+    """How many pods of the new template are surely available: the status counts available
+    pods of every template, and up to ``total - updated`` of them may be old ones."""
+    return max(0, min(updated, available - max(0, total - updated)))
+
+
 def deployment_row(d: Obj) -> Obj:
     """What the list and the page show of a Deployment's rollout."""
     meta, spec, status = d.get("metadata") or {}, d.get("spec") or {}, d.get("status") or {}
@@ -61,7 +67,8 @@ def deployment_row(d: Obj) -> Obj:
         "desired": desired, "updated": updated,
         "ready": int(status.get("readyReplicas") or 0), "available": available,
         "total": int(status.get("replicas") or 0),
-        "progress": min(updated, available), "paused": bool(spec.get("paused")),
+        "progress": new_and_available(updated, available, int(status.get("replicas") or 0)),
+        "paused": bool(spec.get("paused")),
         "conditions": [c for c in (_cond(d, "Progressing"), _cond(d, "Available")) if c],
         "stalled": core.stalled(d), "state": state, "state_line": line,
         "created": meta.get("creationTimestamp", ""),

@@ -17,9 +17,22 @@
     banner.hidden = !text;
   }
 
+  // The operator is busy with a form of the page: focus is in one, or a field differs from
+  // what the page rendered. A refresh would throw that away, so it waits.
   function busy() {
     const el = document.activeElement;
-    return el && main.contains(el) && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName) && el.value;
+    if (el && main.contains(el) && el.closest("form")) return true;
+    for (const f of main.querySelectorAll("input, select, textarea")) {
+      if (f.type === "hidden") continue;
+      if (f.type === "checkbox" || f.type === "radio") {
+        if (f.checked !== f.defaultChecked) return true;
+      } else if (f.tagName === "SELECT") {
+        for (const o of f.options) if (o.selected !== o.defaultSelected) return true;
+      } else if (f.value !== f.defaultValue) {
+        return true;
+      }
+    }
+    return false;
   }
 
   let source = null;
