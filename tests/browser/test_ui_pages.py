@@ -7,6 +7,7 @@ and a posted one is refused with 403; a session that expires signs out."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -230,3 +231,24 @@ async def test_a_session_that_expires_signs_out(
         await asyncio.sleep(0.5)
     assert "/signin" in page.url
     await expect(page.get_by_label("Token")).to_be_visible()
+
+
+async def test_a_refresh_waits_while_the_operator_fills_a_form(
+    signed_in_page: Page, ui_url: str, admin: httpx.Client, cluster: dict[str, str]
+) -> None:
+    page = signed_in_page
+    ns = cluster["ns"]
+    await page.goto(ui_url + f"/workloads/deployments/{ns}/web")
+    await _live(page)
+    replicas = page.get_by_label("Replicas")
+    await replicas.fill("5")
+    await page.locator("main h1").first.click()  # focus leaves the form; the value stays typed
+    patch = {"metadata": {"labels": {"touched": secrets.token_hex(2)}}}
+    headers = {"Content-Type": "application/merge-patch+json"}
+    _ok(admin.patch(f"{API}/namespaces/{ns}/deployments/web", json=patch, headers=headers))
+    await asyncio.sleep(2.5)  # a change event arrived; an idle page would have refreshed by now
+    assert await page.locator("main").get_attribute("data-refreshed") is None
+    await expect(replicas).to_have_value("5")
+    await replicas.fill("2")  # back to what the page showed: the held refresh goes ahead
+    await page.locator("main h1").first.click()
+    await expect(page.locator("main")).to_have_attribute("data-refreshed", re.compile(r"\d+"))

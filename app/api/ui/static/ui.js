@@ -27,7 +27,13 @@
       if (f.type === "checkbox" || f.type === "radio") {
         if (f.checked !== f.defaultChecked) return true;
       } else if (f.tagName === "SELECT") {
-        for (const o of f.options) if (o.selected !== o.defaultSelected) return true;
+        // With no option marked selected, a single select shows its first one.
+        const marked = Array.from(f.options).findIndex(function (o) { return o.defaultSelected; });
+        if (f.multiple) {
+          for (const o of f.options) if (o.selected !== o.defaultSelected) return true;
+        } else if (f.selectedIndex !== (marked < 0 ? 0 : marked)) {
+          return true;
+        }
       } else if (f.value !== f.defaultValue) {
         return true;
       }
