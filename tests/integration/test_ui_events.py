@@ -71,7 +71,7 @@ def test_the_retention_caption_reads_the_retention_loops_settings() -> None:
     loop = EventRetention()
     assert float(page.TTL_DEFAULT) == loop.ttl_seconds
     assert int(page.MAX_DEFAULT) == loop.max_events
-    assert "kept 1 hour after they were last seen" in page.retention()
+    assert "kept 7 days after they were last seen" in page.retention()
     assert "200,000" in page.retention()
     assert page.duration(90 * 60) == "90 minutes" and page.duration(2 * 86400) == "2 days"
 
@@ -87,7 +87,7 @@ def test_events_are_listed_with_their_objects_linked(browser: httpx.Client, ns: 
     assert "pulled &lt;busybox&gt; &amp; ran" in html  # the message verbatim, escaped
     assert "ReplicaSet web-1 has timed out progressing" in html
     assert "test-controller on node-a" in html and ">3</td>" in html
-    assert "kept 1 hour after they were last seen" in html
+    assert "kept 7 days after they were last seen" in html
     assert 'data-live-kinds="Event"' in html and f'data-live-ns="{ns}"' in html
 
 

@@ -32,7 +32,7 @@ DELETE FROM events WHERE ctid = ANY(ARRAY(
 
 @dataclass
 class EventRetention:
-    ttl_seconds: float = 3600.0
+    ttl_seconds: float = 7 * 86400.0  # a week: an hour (Kubernetes') loses the evidence
     max_events: int = 200_000
     batch: int = 5_000
     name: str = "event-retention"
@@ -41,7 +41,7 @@ class EventRetention:
     @classmethod
     def from_env(cls) -> EventRetention:
         return cls(
-            ttl_seconds=float(os.environ.get("QM_EVENT_TTL_SECONDS", "3600")),
+            ttl_seconds=float(os.environ.get("QM_EVENT_TTL_SECONDS", "604800")),
             max_events=int(os.environ.get("QM_EVENT_MAX", "200000")),
             interval=float(os.environ.get("QM_EVENT_RETENTION_INTERVAL", "30")),
         )

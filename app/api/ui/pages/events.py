@@ -27,7 +27,7 @@ EVENT = BY_KIND["Event"]
 PAGE = 50
 TYPES = ("Normal", "Warning")
 # The retention loop's settings (workers.loops.events.EventRetention.from_env).
-TTL_ENV, TTL_DEFAULT = "QM_EVENT_TTL_SECONDS", "3600"
+TTL_ENV, TTL_DEFAULT = "QM_EVENT_TTL_SECONDS", "604800"
 MAX_ENV, MAX_DEFAULT = "QM_EVENT_MAX", "200000"
 
 # Kinds with a page of their own: kind -> its URL, from namespace and name.
