@@ -116,3 +116,11 @@ def get_path(obj: dict[str, Any], path: str) -> Any:
             return None
         cur = cur.get(part)
     return cur
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The condition of type ``kind`` in ``obj``'s status ({} when it has none)."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return {}

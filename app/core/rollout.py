@@ -22,6 +22,7 @@ from typing import Any
 from app.core.controllers.deployment.config import references
 from app.core.controllers.deployment.replicasets import REVISION
 from app.core.controllers.replicaset import TEMPLATE_HASH_LABEL
+from app.core.objects import condition
 
 CHANGE_CAUSE = "kubernetes.io/change-cause"
 RESTARTED_AT = "quaymaster.io/restartedAt"
@@ -146,13 +147,6 @@ def with_paused(dep: Obj, paused: bool) -> Obj | None:
     out = copy.deepcopy(dep)
     out.setdefault("spec", {})["paused"] = paused
     return out
-
-
-def condition(obj: Obj, kind: str) -> Obj:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == kind:
-            return c
-    return {}
 
 
 def stalled(dep: Obj) -> Obj:

@@ -204,6 +204,44 @@ def ui_action(fn: Callable[..., Awaitable[str]]) -> PageHandler:
     return _named(wrapper, fn)
 
 
+@dataclass
+class Listed:
+    """One page of a REST list as a page shows it, or why it cannot: ``forbidden`` (the
+    principal may not list there) or ``invalid`` (a malformed filter, an expired token)."""
+
+    items: list[Any] = field(default_factory=list)
+    next_token: str = ""
+    remaining: int | None = None
+    version: str = ""
+    forbidden: str = ""
+    invalid: str = ""
+
+    def context(self) -> dict[str, Any]:
+        """What every list template reads."""
+        return {"forbidden": self.forbidden, "invalid": self.invalid,
+                "next_token": self.next_token, "remaining": self.remaining}  # fmt: skip
+
+
+async def list_page(view: View, request: build.Request) -> Listed:
+    """Send a list request as the page's principal; a refusal or a bad filter is the page's
+    to show, anything else is an error page."""
+    try:
+        listed = await view.api.send(request)
+    except errors.Forbidden as exc:
+        return Listed(forbidden=str(exc))
+    except errors.StatusError as exc:
+        if exc.code not in (400, 410, 422):
+            raise
+        return Listed(invalid=str(exc))
+    meta = listed.get("metadata") or {}
+    return Listed(
+        [i for i in listed.get("items") or [] if isinstance(i, dict)],
+        str(meta.get("continue") or ""),
+        meta.get("remainingItemCount"),
+        str(meta.get("resourceVersion") or ""),
+    )
+
+
 def object_url(kind: Kind, namespace: str | None, name: str) -> str:
     ns = quote(namespace or "_", safe="")
     return f"/ui/objects/{kind.plural}/{ns}/{quote(name, safe='')}"

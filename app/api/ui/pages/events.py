@@ -18,9 +18,8 @@ from urllib.parse import quote
 
 from litestar import get
 
-from app.api.ui.core import View, ui_page
+from app.api.ui.core import View, list_page, ui_page
 from app.client import build
-from app.core import errors
 from app.core.kinds import BY_KIND, KINDS
 
 EVENT = BY_KIND["Event"]
@@ -135,29 +134,17 @@ async def events(view: View) -> Any:
         "ns": ns, "warnings": warnings, "kind": kind, "name": name, "reason": reason,
         "retention": retention(), "kinds": sorted(k.kind for k in KINDS),
     }  # fmt: skip
-    try:
-        listed = await view.api.send(build.list_page(
-            EVENT, ns or None, q.get("continue") or None, limit=PAGE,
-            field_selector=field_selector(warnings, kind, name, reason),
-        ))  # fmt: skip
-    except errors.Forbidden as exc:
-        return view.render("events/list.html", rows=[], forbidden=str(exc), invalid="",
-                           next_token="", **form)  # fmt: skip
-    except errors.StatusError as exc:
-        if exc.code not in (400, 410, 422):
-            raise
-        return view.render("events/list.html", rows=[], forbidden="", invalid=str(exc),
-                           next_token="", **form)  # fmt: skip
-    meta = listed.get("metadata") or {}
-    rows = [event_row(e) for e in listed.get("items") or []]
-    if not rows and not await view.access.can_kind("list", EVENT, ns):
+    listed = await list_page(view, build.list_page(
+        EVENT, ns or None, q.get("continue") or None, limit=PAGE,
+        field_selector=field_selector(warnings, kind, name, reason),
+    ))  # fmt: skip
+    if not listed.items and not listed.forbidden and not listed.invalid \
+            and not await view.access.can_kind("list", EVENT, ns):  # fmt: skip
         # A list answers only the namespaces its principal may list in: empty is not "none".
-        return view.render("events/list.html", rows=[], forbidden=hidden(ns), invalid="",
-                           next_token="", **form)  # fmt: skip
+        listed.forbidden = hidden(ns)
     return view.render(
-        "events/list.html", rows=rows, forbidden="", invalid="",
-        next_token=meta.get("continue") or "", remaining=meta.get("remainingItemCount"),
-        live={"kinds": ["Event"], "ns": ns, "rv": meta.get("resourceVersion", "")}, **form,
+        "events/list.html", rows=[event_row(e) for e in listed.items], **listed.context(),
+        live={"kinds": ["Event"], "ns": ns, "rv": listed.version}, **form,
     )  # fmt: skip
 
 

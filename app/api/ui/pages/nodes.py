@@ -37,6 +37,7 @@ from app.core.capacity import timestamp
 from app.core.disruption import selects
 from app.core.kinds import BY_KIND
 from app.core.labels import parse_selector
+from app.core.objects import condition
 from app.core.quantity import cpu_millis, to_bytes, to_int
 
 NODE = BY_KIND["Node"]
@@ -94,13 +95,6 @@ def _amount(table: Any, key: str, parse: Any) -> int:
         return int(parse(table[key]))
     except (ValueError, TypeError):
         return 0
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == kind:
-            return c
-    return {}
 
 
 # -- rows ----------------------------------------------------------------------------------

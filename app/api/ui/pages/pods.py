@@ -12,21 +12,14 @@ from typing import Any
 
 from litestar import get
 
-from app.api.ui.core import View, ui_page
+from app.api.ui.core import View, list_page, ui_page
 from app.client import build
-from app.core import errors
 from app.core.kinds import BY_KIND
+from app.core.objects import condition
 
 POD = BY_KIND["Pod"]
 PAGE = 50
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == kind:
-            return c
-    return {}
 
 
 def pod_row(p: dict[str, Any]) -> dict[str, Any]:
@@ -76,29 +69,14 @@ async def pods(view: View) -> Any:
     selector = q.get("selector", "").strip()
     phase = q.get("phase", "") if q.get("phase", "") in PHASES else ""
     node = q.get("node", "").strip()
-    token = q.get("continue") or None
-    try:
-        listed = await view.api.send(build.list_page(
-            POD, ns or None, token, limit=PAGE, label_selector=selector or None,
-            field_selector=field_selector(phase, node),
-        ))  # fmt: skip
-    except errors.Forbidden as exc:
-        return view.render("pods/list.html", rows=[], forbidden=str(exc), next_token="",
-                           ns=ns, selector=selector, phase=phase, node=node,
-                           phases=PHASES)  # fmt: skip
-    except errors.StatusError as exc:
-        if exc.code not in (400, 410, 422):
-            raise
-        return view.render("pods/list.html", rows=[], forbidden="", invalid=str(exc),
-                           next_token="", ns=ns, selector=selector, phase=phase, node=node,
-                           phases=PHASES)  # fmt: skip
-    meta = listed.get("metadata") or {}
-    rows = [pod_row(p) for p in listed.get("items") or []]
+    listed = await list_page(view, build.list_page(
+        POD, ns or None, q.get("continue") or None, limit=PAGE,
+        label_selector=selector or None, field_selector=field_selector(phase, node),
+    ))  # fmt: skip
     return view.render(
-        "pods/list.html", rows=rows, forbidden="", invalid="",
-        next_token=meta.get("continue") or "", remaining=meta.get("remainingItemCount"),
+        "pods/list.html", rows=[pod_row(p) for p in listed.items], **listed.context(),
         ns=ns, selector=selector, phase=phase, node=node, phases=PHASES,
-        live={"kinds": ["Pod"], "ns": ns, "rv": meta.get("resourceVersion", "")},
+        live={"kinds": ["Pod"], "ns": ns, "rv": listed.version},
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from litestar import get
 
 from app.api.subscribers import GROUP_VERSION
-from app.api.ui.core import View, ui_page
+from app.api.ui.core import View, list_page, ui_page
 from app.api.ui.pages.pod_detail import read
 from app.client import build
 from app.core import errors
@@ -160,23 +160,14 @@ def _key(obj: Obj, name: Any = None) -> tuple[str, str]:
 async def services(view: View) -> Any:
     q = view.request.query_params
     ns = q.get("ns", "").strip()
-    token = q.get("continue") or None
-    try:
-        listed = await view.api.send(build.list_page(SERVICE, ns or None, token, limit=PAGE))
-    except errors.Forbidden as exc:
-        return view.render("services/list.html", ns=ns, rows=[], forbidden=str(exc))
-    except errors.StatusError as exc:
-        if exc.code not in (400, 410, 422):
-            raise
-        return view.render("services/list.html", ns=ns, rows=[], forbidden="", invalid=str(exc))
-    meta = listed.get("metadata") or {}
-    rows, slices_forbidden = await _rows(view, ns, listed.get("items") or [])
+    listed = await list_page(
+        view, build.list_page(SERVICE, ns or None, q.get("continue") or None, limit=PAGE)
+    )
+    rows, slices_forbidden = await _rows(view, ns, listed.items)
     return view.render(
-        "services/list.html", ns=ns, rows=rows, forbidden="", invalid="",
-        next_token=meta.get("continue") or "", remaining=meta.get("remainingItemCount"),
+        "services/list.html", ns=ns, rows=rows, **listed.context(),
         slices_forbidden=slices_forbidden,
-        live={"kinds": ["Service", "EndpointSlice"], "ns": ns,
-              "rv": meta.get("resourceVersion", "")},
+        live={"kinds": ["Service", "EndpointSlice"], "ns": ns, "rv": listed.version},
     )  # fmt: skip
 
 

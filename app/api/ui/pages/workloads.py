@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 
 from litestar import get, post
 
-from app.api.ui.core import View, ui_action, ui_page
+from app.api.ui.core import View, list_page, ui_action, ui_page
 from app.api.ui.diff import diff
 from app.api.ui.pages.events import event_row
 from app.api.ui.pages.pods import pod_row
@@ -120,25 +120,13 @@ async def workloads(view: View) -> Any:
     ns, selector = q.get("ns", "").strip(), q.get("selector", "").strip()
     form: dict[str, Any] = {"tab": tab, "tabs": list(TABS), "ns": ns, "selector": selector}
     kind = TABS[tab]
-    try:
-        listed = await view.api.send(build.list_page(
-            kind, ns or None, q.get("continue") or None, limit=PAGE,
-            label_selector=selector or None,
-        ))  # fmt: skip
-    except errors.Forbidden as exc:
-        return view.render("workloads/list.html", rows=[], forbidden=str(exc), invalid="",
-                           next_token="", **form)  # fmt: skip
-    except errors.StatusError as exc:
-        if exc.code not in (400, 410, 422):
-            raise
-        return view.render("workloads/list.html", rows=[], forbidden="", invalid=str(exc),
-                           next_token="", **form)  # fmt: skip
-    meta = listed.get("metadata") or {}
+    listed = await list_page(view, build.list_page(
+        kind, ns or None, q.get("continue") or None, limit=PAGE,
+        label_selector=selector or None,
+    ))  # fmt: skip
     return view.render(
-        "workloads/list.html", rows=[ROWS[tab](o) for o in listed.get("items") or []],
-        forbidden="", invalid="", next_token=meta.get("continue") or "",
-        remaining=meta.get("remainingItemCount"),
-        live={"kinds": [kind.kind], "ns": ns, "rv": meta.get("resourceVersion", "")}, **form,
+        "workloads/list.html", rows=[ROWS[tab](o) for o in listed.items], **listed.context(),
+        live={"kinds": [kind.kind], "ns": ns, "rv": listed.version}, **form,
     )  # fmt: skip
 
 
