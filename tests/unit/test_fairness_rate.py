@@ -5,6 +5,7 @@ server with another flow takes at most its rate of seats per second (its level's
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
@@ -154,15 +155,24 @@ def test_with_company_no_flow_takes_more_than_its_bucket_and_rate(
             assert at > now
 
 
-async def test_the_shell_wakes_a_held_back_request_by_timer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@dataclass
+class Held:
+    """A flooder's request held back by its rate on a shell whose loop runs on ``clock``."""
+
+    c: FlowControl
+    clock: list[float]
+    entered: asyncio.Event
+    task: asyncio.Task[None]
+    calm: User
+
+
+async def held_flooder(monkeypatch: pytest.MonkeyPatch) -> Held:
+    """A calm flow's request, then the flooder's bucket spent and one more of its requests
+    waiting (global-default: 41 seats on one server, so 41 seats a second)."""
     loop = asyncio.get_running_loop()
     clock = [loop.time()]
     monkeypatch.setattr(loop, "time", lambda: clock[0])
     c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
-    rate = c.dispatcher.rate(c.dispatcher.levels[LEVEL])
-    assert rate == 41  # one server: the level's 41 seats, per second
     calm, flooder = User("calm", ()), User("flooder", ())
     async with c.seat(calm, 1):
         pass
@@ -177,6 +187,16 @@ async def test_the_shell_wakes_a_held_back_request_by_timer(
 
     task = asyncio.create_task(held())
     await asyncio.sleep(0)
+    return Held(c, clock, entered, task, calm)
+
+
+async def test_the_shell_wakes_a_held_back_request_by_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = await held_flooder(monkeypatch)
+    c, clock, entered, task = h.c, h.clock, h.entered, h.task
+    rate = c.dispatcher.rate(c.dispatcher.levels[LEVEL])
+    assert rate == 41  # one server: the level's 41 seats, per second
     assert not entered.is_set() and c._timer is not None
     assert c._timer.when() == pytest.approx(clock[0] + 1 / rate)
     clock[0] += 1 / rate  # the timer's time: call what it would call
@@ -203,24 +223,8 @@ def test_a_held_back_head_admitted_by_another_flows_request_is_reported_once() -
 async def test_the_shell_wakes_a_head_admitted_by_another_flows_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    clock = [loop.time()]
-    monkeypatch.setattr(loop, "time", lambda: clock[0])
-    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
-    calm, flooder = User("calm", ()), User("flooder", ())
-    async with c.seat(calm, 1):
-        pass
-    for _ in range(41):  # the bucket's worth
-        async with c.seat(flooder, 1):
-            pass
-    entered = asyncio.Event()
-
-    async def held() -> None:
-        async with c.seat(flooder, 1):
-            entered.set()
-
-    task = asyncio.create_task(held())
-    await asyncio.sleep(0)
+    h = await held_flooder(monkeypatch)
+    c, clock, entered, task, calm = h.c, h.clock, h.entered, h.task, h.calm
     assert not entered.is_set()
     assert c._timer is not None
     c._timer.cancel()  # no tick: only the calm flow's request may let it in
@@ -238,24 +242,8 @@ async def test_the_shell_wakes_a_head_admitted_by_another_flows_request(
 async def test_a_waiting_request_looks_again_even_if_no_wake_up_comes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    clock = [loop.time()]
-    monkeypatch.setattr(loop, "time", lambda: clock[0])
-    c = FlowControl(400, f.Config(rate_per_seat=1.0, wait_limit=3600.0, burst_s=1.0), None)
-    calm, flooder = User("calm", ()), User("flooder", ())
-    async with c.seat(calm, 1):
-        pass
-    for _ in range(41):  # the bucket's worth
-        async with c.seat(flooder, 1):
-            pass
-    entered = asyncio.Event()
-
-    async def held() -> None:
-        async with c.seat(flooder, 1):
-            entered.set()
-
-    task = asyncio.create_task(held())
-    await asyncio.sleep(0)
+    h = await held_flooder(monkeypatch)
+    c, clock, entered, task = h.c, h.clock, h.entered, h.task
     assert c._timer is not None
     c._timer.cancel()  # a lost wake-up: neither the timer nor another request lets it in
     c._timer = None
