@@ -17,6 +17,7 @@ from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from sqlalchemy import create_engine, pool
 
+from app.core.schema_compat import CODE_REVISION
 from app.devstack.postgres import create_database
 from migrations import online
 from tests.conftest import REPO_ROOT
@@ -169,7 +170,9 @@ def test_a_migration_that_times_out_on_a_lock_is_retried(pg_server_url):
     assert result.returncode == 0, result.stderr
     assert "waited longer than lock_timeout (300ms); retrying" in result.stdout
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0017",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (
+            CODE_REVISION,
+        )
 
 
 def test_lock_tables_in_order_and_statements_alone():
