@@ -28,6 +28,8 @@ Wait = Callable[[asyncio.Event, float], Awaitable[None]]
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PR_SET_PDEATHSIG = 1
+# How long a threaded process may take to stop after SIGTERM before it is ended regardless.
+STOP_GRACE_S = 15.0
 
 
 def configure_logging(level: str | None = None, *, default: str = "warning") -> None:
@@ -38,19 +40,48 @@ def configure_logging(level: str | None = None, *, default: str = "warning") -> 
 
 def die_with_parent_if_asked(environ: Mapping[str, str] = os.environ) -> None:
     """Linux: with ``QM_DIE_WITH_PARENT=1``, get SIGTERM when the process that started this
-    one ends, however it ends (a SIGKILLed API server must not leave its revisioner behind)."""
+    one ends, however it ends (a SIGKILLed API server must not leave its revisioner behind).
+    A parent that ended before this process asked is caught too: ``QM_PARENT_PID`` names it,
+    and a process already handed to another parent ends at once."""
     if environ.get("QM_DIE_WITH_PARENT") != "1":
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    expected = environ.get("QM_PARENT_PID", "")
+    if expected.isdigit() and os.getppid() != int(expected):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT, for a process whose work runs in threads."""
+def stop_on_signals(grace_s: float | None = STOP_GRACE_S) -> threading.Event:
+    """An event set by SIGTERM or SIGINT, for a process whose work runs in threads.
+
+    The work is trusted to notice the event, but a thread blocked where it does not look (a
+    call into a database that went away, a full queue) must not keep the process alive: the
+    first signal also arms a timer that ends the process ``grace_s`` seconds later if it is
+    still running (``None``: never)."""
     stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            return
+        stop.set()
+        if grace_s is None:
+            return
+        timer = threading.Timer(grace_s, _give_up, (signum, grace_s))
+        timer.daemon = True
+        timer.start()
+
     for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     return stop
+
+
+def _give_up(signum: int, grace_s: float) -> None:
+    logging.getLogger(__name__).error(
+        "still running %.0f s after %s; exiting without finishing", grace_s,
+        signal.Signals(signum).name,
+    )  # fmt: skip
+    os._exit(128 + signum)
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -34,7 +34,7 @@ class RevisionerProcess:
     def start(self) -> None:
         if os.environ.get("QM_REVISIONER", "embedded") == "external":
             return
-        env = {**os.environ, "QM_DIE_WITH_PARENT": "1"}
+        env = {**os.environ, "QM_DIE_WITH_PARENT": "1", "QM_PARENT_PID": str(os.getpid())}
         self.proc = subprocess.Popen([sys.executable, "-m", "app.stream"], env=env)
 
     def alive(self) -> bool:

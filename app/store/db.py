@@ -18,6 +18,19 @@ import msgspec
 
 _enc = msgspec.json.Encoder()
 
+# libpq settings for the long-lived threaded connections (the revisioner's, its log writer's and
+# the history sealer's): a connect that gets no answer (the address taken by something that is
+# not PostgreSQL, a server half gone) fails after 10 s, and a connection whose peer vanished
+# without a word is found dead by TCP keepalives within about 25 s. Without them such a call
+# blocks in libpq, where neither a stop event nor a signal handler gets to run.
+BOUNDED_WAITS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
 
 def database_url() -> str:
     url = os.environ.get("DATABASE_URL")

@@ -26,6 +26,8 @@ import asyncpg
 import psycopg
 from psycopg import sql
 
+from app.store.db import BOUNDED_WAITS
+
 log = logging.getLogger(__name__)
 
 SEAL_BATCH = 5000
@@ -216,7 +218,7 @@ class Sealer:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                with psycopg.connect(self.dsn, autocommit=True) as db:
+                with psycopg.connect(self.dsn, autocommit=True, **BOUNDED_WAITS) as db:
                     db.execute("SET application_name = 'qm-history-sealer'")
                     while not stop.wait(self.every_s):
                         self.round(db)

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from app.store.db import BOUNDED_WAITS
 from app.stream.log import LogEntry
 from app.stream.pgoutput import format_lsn
 
@@ -170,7 +171,7 @@ class LogWriter:
 
     def _run(self) -> None:
         try:
-            with psycopg.connect(self.owner.dsn, autocommit=True) as db:
+            with psycopg.connect(self.owner.dsn, autocommit=True, **BOUNDED_WAITS) as db:
                 while not self.done.is_set():
                     try:
                         batch = self.queue.get(timeout=0.5)

@@ -34,6 +34,7 @@ import psycopg2.extras
 
 from app.core.kinds import BY_KIND, BY_TABLE, Kind
 from app.core.objects import COLUMNS, render
+from app.store.db import BOUNDED_WAITS
 from app.store.history import Sealer
 from app.stream.log import LogEntry
 from app.stream.logwriter import Batch, LogWriter, append, compact
@@ -103,7 +104,7 @@ class Revisioner:
                 stop.wait(1.0)
 
     def _run_once(self, stop: threading.Event) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as db:
+        with psycopg.connect(self.dsn, autocommit=True, **BOUNDED_WAITS) as db:
             while not db.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
                 if stop.wait(1.0):
                     return
@@ -165,6 +166,7 @@ class Revisioner:
             self.dsn,
             connection_factory=psycopg2.extras.LogicalReplicationConnection,
             options="-c TimeZone=UTC -c DateStyle=ISO",
+            **BOUNDED_WAITS,
         )
         try:
             cur = repl.cursor()
@@ -444,7 +446,7 @@ class Revisioner:
         return seen
 
     def _compact_loop(self, stop: threading.Event) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as db:
+        with psycopg.connect(self.dsn, autocommit=True, **BOUNDED_WAITS) as db:
             while not stop.wait(self.compact_every_s):
                 cutoff = self._cutoff()
                 if cutoff:

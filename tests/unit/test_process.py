@@ -54,7 +54,7 @@ def test_work_that_fails_before_any_stop_fails_the_process() -> None:
 def test_a_threaded_process_gets_an_event_the_signal_sets() -> None:
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        stop = stop_on_signals()
+        stop = stop_on_signals(grace_s=None)
         assert not stop.is_set()
         os.kill(os.getpid(), signal.SIGTERM)  # handled on the main thread before kill returns
         assert stop.is_set()
