@@ -69,8 +69,9 @@ define pytest
 	exit $$rc
 endef
 
+# The slowest tests are listed at the end, to see where the suite's time goes.
 test: deps install lint
-	$(call pytest,tests $(PYTEST_ARGS))
+	$(call pytest,tests --durations=25 $(PYTEST_ARGS))
 	@echo "The API's tests again, with the API servers and workers behind a real PgBouncer:"
 	$(call pytest,$(PGBOUNCER_TESTS) $(PYTEST_ARGS),QM_TEST_PGBOUNCER=1)
 
