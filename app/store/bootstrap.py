@@ -12,9 +12,10 @@ A token bound to no node (created without ``--node``) may not join under the nam
 that already holds a live credential (:class:`NodeHeld`): that would hand the new machine the
 pods and Secrets of the node running under that name. Re-joining such a machine takes a token
 bound to its name, or revoking its credential first (deleting its Node revokes it too,
-migration 0010). The check, the spend and the mint are one transaction under a lock on the
-node's name, so two joins racing for one name cannot both pass the check. Called by the API
-server only.
+migration 0010); a join revokes the credentials the node held before, in its own transaction,
+so a reimaged machine's old disk opens nothing. The check, the spend and the mint are one
+transaction under a lock on the node's name, so two joins racing for one name cannot both pass
+the check. Called by the API server only.
 """
 
 from __future__ import annotations
@@ -152,11 +153,18 @@ async def join(pool: asyncpg.Pool, token: str, node_name: str) -> str | None:
         if spent is None:
             return None
         token_id, bound_to = spent
-        if bound_to is None and await live_credentials(conn, node_name):
+        held = await live_credentials(conn, node_name)
+        if bound_to is None and held:
             raise NodeHeld(node_name, token_id)  # rolls the spend back
         credential = await create_token(
             conn, node_user(node_name), (NODES_GROUP,), f"node {node_name} (bootstrap {token_id})"
         )
+        # A re-join replaces the machine: what the one before held stops opening anything.
+        replaced = system(
+            node_user(node_name), reason=f"node re-joined with bootstrap token {token_id}"
+        )
+        for old in held:
+            await revoke(conn, old, replaced)
         await conn.execute(
             "INSERT INTO qm_node_credentials (node_name, token_sha256, bootstrap_token_id)"
             " VALUES ($1, $2, $3)",

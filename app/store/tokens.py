@@ -205,7 +205,7 @@ async def get_token(pool: asyncpg.Pool, name: str) -> dict[str, Any] | None:
     return None if rec is None else _obj(rec)
 
 
-async def revoke(pool: asyncpg.Pool, name: str, ctx: WriteContext | None) -> dict[str, Any] | None:
+async def revoke(pool: Conn, name: str, ctx: WriteContext | None) -> dict[str, Any] | None:
     """Revoke the token named ``name`` (idempotent; its first revocation time is kept) under
     the write context ``ctx``; its record, or None if there is no such token."""
     rec = await pool.fetchrow(

@@ -268,9 +268,10 @@ def test_a_token_bound_to_no_node_cannot_take_over_a_node_with_a_live_credential
     mine = next(t for t in listed if t["metadata"]["name"] == any_name.split(".")[0])
     assert mine["status"]["usesLeft"] == 2  # refusals spend nothing
     # The operator's two ways in: a token bound to the name, or the old credential revoked.
+    # A re-join replaces the machine: the credential it held before is revoked with it.
     rejoined = credentials.join(c.admin.server, bootstrap_token(c.admin, node), node)
     assert rejoined != first and not credentials.refused(c.admin.server, rejoined, node)
-    revoke_token(c.admin, first)
+    wait_refused(c.admin.server, first, node)
     revoke_token(c.admin, rejoined)
     wait_refused(c.admin.server, rejoined, node)
     fresh = credentials.join(c.admin.server, any_name, node)
