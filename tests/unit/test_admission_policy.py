@@ -180,3 +180,40 @@ def test_the_forbidden_message_names_every_policy_and_rule() -> None:
         "spec.priority",
         "spec.priority",
     ]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "image", "allowed"),
+    [
+        ("registry.internal", "registry.internal/web:1", True),
+        ("registry.internal", "registry.internal.evil.io/web:1", False),
+        ("registry.internal", "registry.internal-evil/web", False),
+        ("registry.internal", "registry.internal:5000/web", False),  # another port
+        ("registry.internal:5000", "registry.internal:5000/web", True),
+        ("registry.internal/", "registry.internal/web", True),
+        ("registry.internal/team", "registry.internal/team/app:2", True),
+        ("registry.internal/team", "registry.internal/team-b/app", False),
+        ("registry.internal/team/app", "registry.internal/team/app:2", True),
+        ("registry.internal/team/app", "registry.internal/team/app@sha256:" + "0" * 64, True),
+        ("registry.internal/team/app", "registry.internal/team/app", True),
+        ("registry.internal/team/app", "registry.internal/team/apple", False),
+    ],
+)
+def test_a_listed_registry_is_matched_at_a_name_boundary(
+    prefix: str, image: str, allowed: bool
+) -> None:
+    rules = {"allowedImages": {"registries": [prefix]}}
+    r = review([policy(rules)], "Pod", with_container(image=image), {})
+    assert (r.denied == ()) is allowed
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["nginx@sha256:", "nginx@sha256:abc", "nginx@sha256:" + "A" * 64,
+     "nginx@sha256:" + "a" * 64 + ":latest", "nginx:1@sha256:" + "g" * 64],
+)  # fmt: skip
+def test_only_a_whole_digest_pins_an_image(image: str) -> None:
+    r = review(
+        [policy({"allowedImages": {"digests": True}})], "Pod", with_container(image=image), {}
+    )
+    assert [v.rule for v in r.denied] == ["allowedImages"]

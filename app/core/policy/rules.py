@@ -9,6 +9,7 @@ admission. ``RULES`` keeps them in the order messages list them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 Obj = dict[str, Any]
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 RESOURCES = ("cpu", "memory")
-DIGEST = "@sha256:"
+# A pinned image ends in a whole SHA-256 digest; ``name@sha256:`` with anything else is not one.
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -84,16 +86,31 @@ def require_resources(setting: Any, spec: Obj) -> list[Finding]:
     return out
 
 
+def from_listed(image: str, prefix: str) -> bool:
+    """Whether ``image`` is under ``prefix`` (a registry, ``registry.example.com`` or
+    ``registry.example.com/``, or a repository, ``registry.example.com/team/app``) at a name
+    boundary: ``registry.example.com`` does not allow ``registry.example.com.evil.io/x``, nor
+    ``…/team`` allow ``…/team-b/x``. A prefix ending in ``/`` is one already; otherwise the
+    image is the prefix itself, or goes on with ``/``, ``@`` (a digest) or ``:`` and a tag (a
+    ``:`` followed by a path is another registry's port)."""
+    if not prefix or not image.startswith(prefix):
+        return False
+    rest = image[len(prefix) :]
+    if prefix.endswith("/") or not rest or rest[0] in "/@":
+        return True
+    return rest[0] == ":" and "/" not in rest
+
+
 def allowed_images(setting: Any, spec: Obj) -> list[Finding]:
-    """Each image comes from a listed registry (a prefix such as ``registry.example.com/``) or,
-    when ``digests`` is true, is pinned by digest (``name@sha256:...``)."""
+    """Each image comes from a listed registry or repository (:func:`from_listed`) or, when
+    ``digests`` is true, is pinned by digest (``name@sha256:<64 hex digits>``)."""
     setting = setting if isinstance(setting, dict) else {}
     prefixes = [str(p) for p in setting.get("registries") or []]
     digests = setting.get("digests") is True
     out = []
     for path, c in containers(spec):
         image = str(c.get("image", ""))
-        if any(image.startswith(p) for p in prefixes) or (digests and DIGEST in image):
+        if any(from_listed(image, p) for p in prefixes) or (digests and DIGEST.search(image)):
             continue
         allowed = [f"from {', '.join(repr(p) for p in prefixes)}"] if prefixes else []
         allowed += ["pinned by digest"] if digests else []
