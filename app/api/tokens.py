@@ -129,7 +129,7 @@ async def _create(request: Request[Any, Any, Any], user: User, body: Any) -> Res
     else:
         minted = await tokens.mint(
             pool, req.user, req.groups, req.ttl_s, req.description, created_by=user.actor,
-            ctx=write_context(user),
+            minted_by=user.token_id if req.user == user.name else None, ctx=write_context(user),
         )  # fmt: skip
     obj = minted.obj
     obj["status"] = {**(obj.get("status") or {}), "token": minted.token}

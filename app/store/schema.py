@@ -489,6 +489,11 @@ qm_tokens = Table(
     col("row_version", "bigint", null=False, default="0"),
     col("spec", "jsonb", null=False, default="'{}'::jsonb"),
     col("status", "jsonb", null=False, default="'{}'::jsonb"),
+    col(
+        "minted_by",
+        "text",
+        comment="The token (record name) whose holder minted this one for itself; revoking it revokes this one",
+    ),
     PrimaryKeyConstraint("id", name="qm_tokens_pkey"),
     UniqueConstraint("namespace", "name", name="qm_tokens_namespace_name"),
     UniqueConstraint("token_sha256", name="qm_tokens_token_sha256_key"),

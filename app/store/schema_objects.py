@@ -8,7 +8,7 @@ Written by ``python -m app.store.schema_render write URL`` on a database at head
 from __future__ import annotations
 
 # The revision these definitions are at.
-REVISION = "0018"
+REVISION = "0019"
 
 FUNCTIONS: dict[str, str] = {
     "qm_actor_groups(actor text)": r"""returns text[]
@@ -1131,6 +1131,7 @@ BEGIN
     'description', nullif(NEW.description, ''),
     'expirationTimestamp', qm_rfc3339(NEW.expires_at),
     'createdBy', nullif(NEW.created_by, ''),
+    'mintedBy', NEW.minted_by,
     'serviceAccount', CASE WHEN NEW.sa_name IS NOT NULL THEN jsonb_strip_nulls(
       jsonb_build_object('namespace', NEW.sa_namespace, 'name', NEW.sa_name,
                          'uid', NEW.sa_uid)) END));

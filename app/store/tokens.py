@@ -75,8 +75,8 @@ def token_id(token: str) -> str:
 _COLS = ", ".join(COLUMNS)
 _INSERT = f"""
 INSERT INTO qm_tokens (username, groups, token_sha256, description, expires_at, created_by,
-                       sa_namespace, sa_name, sa_uid)
-SELECT $1, $2, $3, $4, now() + make_interval(secs => $5::double precision), $6, $7, $8, $9
+                       sa_namespace, sa_name, sa_uid, minted_by)
+SELECT $1, $2, $3, $4, now() + make_interval(secs => $5::double precision), $6, $7, $8, $9, $11
 WHERE {with_context("$10")}
 ON CONFLICT (token_sha256) DO NOTHING
 RETURNING {_COLS}"""
@@ -109,13 +109,15 @@ async def mint(
     *,
     service_account: tuple[str, str, str] | None = None,
     created_by: str = "",
+    minted_by: str | None = None,
     ctx: WriteContext | None = None,
 ) -> Minted:
     """A new random token for ``username`` in ``groups``, valid ``ttl_s`` seconds.
 
     ``service_account``: ``(namespace, name, uid)`` of the account it belongs to (deleting the
-    account revokes it); ``created_by``: the actor the record names ('' for none); ``ctx``:
-    the write context the history records."""
+    account revokes it); ``created_by``: the actor the record names ('' for none);
+    ``minted_by``: the id of the token whose holder mints this one for itself (revoking that
+    one revokes this one, :func:`revoke`); ``ctx``: the write context the history records."""
     token = secrets.token_urlsafe(32)
     ns, name, sa_uid = service_account or (None, None, None)
     rec = await pool.fetchrow(
@@ -130,6 +132,7 @@ async def mint(
         name,
         uuid.UUID(sa_uid) if sa_uid else None,
         text_of(None if ctx is None else ctx.defaults(verb="create")),
+        minted_by or None,
     )
     assert rec is not None, "a 256-bit random token collided with a stored one"
     return Minted(token, _obj(rec))
@@ -207,14 +210,24 @@ async def get_token(pool: asyncpg.Pool, name: str) -> dict[str, Any] | None:
 
 async def revoke(pool: Conn, name: str, ctx: WriteContext | None) -> dict[str, Any] | None:
     """Revoke the token named ``name`` (idempotent; its first revocation time is kept) under
-    the write context ``ctx``; its record, or None if there is no such token."""
-    rec = await pool.fetchrow(
+    the write context ``ctx``, with every token minted from it for its own holder, and theirs
+    (``minted_by``): a leaked token's holder cannot outlast its revocation with a token of
+    their own. The record of ``name``, or None if there is no such token."""
+    recs = await pool.fetch(
         f"""
+WITH RECURSIVE minted AS (
+  SELECT name FROM qm_tokens WHERE namespace = '' AND name = $1
+  UNION
+  SELECT t.name FROM qm_tokens AS t JOIN minted AS m ON t.minted_by = m.name
+   WHERE t.namespace = ''
+)
 UPDATE qm_tokens SET revoked_at = coalesce(revoked_at, now())
-WHERE namespace = '' AND name = $1 AND {with_context("$2")} RETURNING {_COLS}""",
+WHERE namespace = '' AND name IN (SELECT name FROM minted) AND {with_context("$2")}
+RETURNING {_COLS}""",
         name,
         text_of(None if ctx is None else ctx.defaults(verb="delete")),
     )
+    rec = next((r for r in recs if r["name"] == name), None)
     return None if rec is None else _obj(rec)
 
 

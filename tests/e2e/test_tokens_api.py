@@ -189,6 +189,27 @@ def test_self_service_stays_within_ones_own_groups(
         assert c.delete(f"{AUTHN}/tokens/{own['metadata']['name']}").status_code == 200
 
 
+def test_revoking_a_token_revokes_the_tokens_its_holder_minted_from_it(
+    admin: httpx.Client, api_server: ApiServer, second_server: ApiServer
+) -> None:
+    leaked = mint(admin, user="ivan", groups=["team-i"], expirationSeconds=3600)
+    spare = mint(admin, user="ivan", groups=["team-i"], expirationSeconds=3600)  # by the admin
+    with client(api_server, leaked["status"]["token"]) as c:
+        child = mint(c, expirationSeconds=600)
+    with client(second_server, child["status"]["token"]) as c:
+        grandchild = mint(c, expirationSeconds=600)
+    assert child["spec"]["mintedBy"] == leaked["metadata"]["name"]
+    assert grandchild["spec"]["mintedBy"] == child["metadata"]["name"]
+    assert "mintedBy" not in spare["spec"]
+
+    gone = admin.delete(f"{AUTHN}/tokens/{leaked['metadata']['name']}")
+    assert gone.status_code == 200 and gone.json()["metadata"]["name"] == leaked["metadata"]["name"]
+    for server in (api_server, second_server):
+        for token in (leaked, child, grandchild):
+            refused_within(server, token["status"]["token"], 5.0)
+        assert whoami(server, spare["status"]["token"]).status_code == 201
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [

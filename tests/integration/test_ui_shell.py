@@ -109,6 +109,24 @@ def test_signing_out_revokes_the_session(browser: httpx.Client, api_server: Any)
     assert api.status_code == 401
 
 
+def test_revoking_the_token_signed_in_with_ends_its_sessions(
+    browser: httpx.Client, api_server: Any
+) -> None:
+    admin = {"Authorization": f"Bearer {api_server.token}"}
+    tokens = f"{api_server.url}/apis/authentication.quaymaster.io/v1/tokens"
+    spec = {"user": f"uma-{secrets.token_hex(3)}", "expirationSeconds": 3600}
+    made = httpx.post(tokens, headers=admin, json={"spec": spec})
+    assert made.status_code == 201, made.text
+    sign_in(browser, made.json()["status"]["token"])
+    assert browser.get("/ui/pods").status_code == 200
+    gone = httpx.delete(f"{tokens}/{made.json()['metadata']['name']}", headers=admin)
+    assert gone.status_code == 200, gone.text
+    deadline = time.monotonic() + 5
+    while browser.get("/ui/pods").status_code != 303:  # the session went with its parent
+        assert time.monotonic() < deadline, "the session outlived the token it was made from"
+        time.sleep(0.1)
+
+
 def test_an_expired_session_signs_out(browser: httpx.Client, api_server: Any, pg_url: str) -> None:
     sign_in(browser, api_server.token)
     assert browser.get("/ui/pods").status_code == 200

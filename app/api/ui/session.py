@@ -113,7 +113,8 @@ async def sign_in(request: Request[Any, Any, Any], presented: str) -> tuple[str,
     minted = await tokens.mint(
         auth.pool, user.name, groups, ttl,
         f"web UI session (signed in with token {user.token_id or 'unnamed'})",
-        created_by=user.actor, ctx=write_context(user, verb="create").using(reason="sign in"),
+        created_by=user.actor, minted_by=user.token_id or None,
+        ctx=write_context(user, verb="create").using(reason="sign in"),
     )  # fmt: skip
     return minted.token, ttl
 
