@@ -222,7 +222,8 @@ WITH RECURSIVE minted AS (
    WHERE t.namespace = ''
 )
 UPDATE qm_tokens SET revoked_at = coalesce(revoked_at, now())
-WHERE namespace = '' AND name IN (SELECT name FROM minted) AND {with_context("$2")}
+WHERE namespace = '' AND name IN (SELECT name FROM minted)
+  AND (revoked_at IS NULL OR name = $1) AND {with_context("$2")}
 RETURNING {_COLS}""",
         name,
         text_of(None if ctx is None else ctx.defaults(verb="delete")),
