@@ -176,10 +176,15 @@ async def test_a_list_follows_the_stream_pauses_when_hidden_and_resumes_after_a_
     await expect(page.locator(f'tr[data-pod="{ns}/hidden"]')).to_be_visible()
     await _live(page)
 
-    # The server goes away: the page says so, and resumes from its last version when it's back.
-    api_server.restart()
+    # The server goes away: the page says so while it is away (looked at before the server is
+    # back, since a page that has reconnected no longer says it), and resumes from its last
+    # version when it's back.
+    api_server.stop()
+    try:
+        await expect(page.locator("#live-status")).to_contain_text("Live updates lost")
+    finally:
+        api_server.start(30.0)  # the later tests share this server
     _ok(admin.post(f"{API}/namespaces/{ns}/pods", json={**pod, "metadata": {"name": "after"}}))
-    await expect(page.locator("#live-status")).to_contain_text("Live updates lost")
     await expect(page.locator(f'tr[data-pod="{ns}/after"]')).to_be_visible(timeout=30_000)
     await _live(page)
     await expect(page.locator("#live-status")).to_be_hidden()
