@@ -87,6 +87,17 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm') AND NOT c.relispartition
   AND (c.relrowsecurity OR c.relforcerowsecurity OR c.reloptions IS NOT NULL)
 """
+# Functions an extension installed: the extension's, not the schema's (ADR 0066).
+EXTENSION_MEMBERS = """
+SELECT p.oid::regprocedure::text FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+WHERE n.nspname = :schema
+"""
+# The history's row trigger calls the C function where the qm_history extension is installed
+# and the PL/pgSQL one elsewhere (ADR 0066); both write the same rows, so a trigger is read as
+# if it called the PL/pgSQL one.
+NATIVE_HISTORY = ("qm_history_record_native(", "qm_history_record(")
 GENERATED = """
 SELECT c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid)
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -123,12 +134,14 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
         return entity.rsplit(".", 1)[-1] in partitions
 
     for sch in (schema,) if schema else SCHEMAS:
+        members = {r[0] for r in sess.execute(text(EXTENSION_MEMBERS), {"schema": sch})}
         for f in PGFunction.from_database(sess, sch):
-            found["functions"][_key(sch, f.signature)] = f.definition
+            if f.signature not in members:
+                found["functions"][_key(sch, f.signature)] = f.definition
         for t in PGTrigger.from_database(sess, sch):
             if not on_partition(t.on_entity):
                 key = _key(sch, f"{t.signature} on {_table(t.on_entity)}")
-                found["triggers"][key] = t.definition
+                found["triggers"][key] = t.definition.replace(*NATIVE_HISTORY)
         for v in PGView.from_database(sess, sch):
             found["views"][_key(sch, v.signature)] = v.definition
         for p in PGPolicy.from_database(sess, sch):
@@ -136,7 +149,7 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
                 key = _key(sch, f"{p.signature} on {_table(p.on_entity)}")
                 found["policies"][key] = p.definition
         for obj, grantee, privilege, columns in sess.execute(text(GRANTS), {"schema": sch}):
-            if obj not in partitions:
+            if obj not in partitions and obj not in members:
                 found["grants"][_key(sch, f"{obj} to {grantee}: {privilege}")] = columns
         for _, name, definition in sess.execute(text(INDEXES), {"schema": sch}):
             found["indexes"][_key(sch, name)] = definition

@@ -8,7 +8,7 @@ Written by ``python -m app.store.schema_render write URL`` on a database at head
 from __future__ import annotations
 
 # The revision these definitions are at.
-REVISION = "0019"
+REVISION = "0020"
 
 FUNCTIONS: dict[str, str] = {
     "qm_actor_groups(actor text)": r"""returns text[]
@@ -226,6 +226,30 @@ BEGIN
            'subresource', nullif(NEW.subresource, ''))))::text, true);
   END IF;
   RETURN NEW;
+END
+$function$""",
+    "qm_history_native(tbl text, native boolean DEFAULT true)": """returns boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public'
+AS $function$
+DECLARE
+  v_from text := CASE WHEN native THEN 'qm_history_record' ELSE 'qm_history_record_native' END;
+  v_to text := CASE WHEN native THEN 'qm_history_record_native' ELSE 'qm_history_record' END;
+  v_def text;
+BEGIN
+  IF tbl = 'secrets' OR to_regprocedure('public.' || v_to || '()') IS NULL THEN
+    RETURN false;
+  END IF;
+  SELECT pg_get_triggerdef(t.oid) INTO v_def FROM pg_trigger t
+   WHERE t.tgrelid = to_regclass(format('public.%I', tbl)) AND t.tgname = tbl || '_history'
+     AND t.tgfoid = to_regprocedure('public.' || v_from || '()');
+  IF v_def IS NULL THEN
+    RETURN false;
+  END IF;
+  EXECUTE replace(replace(v_def, 'CREATE TRIGGER ', 'CREATE OR REPLACE TRIGGER '),
+                  'EXECUTE FUNCTION ' || v_from || '(', 'EXECUTE FUNCTION ' || v_to || '(');
+  EXECUTE format('ALTER TABLE public.%I ENABLE ALWAYS TRIGGER %I', tbl, tbl || '_history');
+  RETURN true;
 END
 $function$""",
     "qm_history_partition(month timestamp with time zone)": r"""returns text
