@@ -11,11 +11,14 @@ context on every write, as the API and the controllers write.
 * **Throughput with and without history.** ``--writers`` concurrent writers each loop over
   create, update and delete of a ConfigMap (every one of those writes is stored in the history:
   the worst case; a status-only write would only be counted). Rounds alternate history off
-  (the history triggers disabled) and on (enabled, with the sealer running once a second as the
-  revisioner leader runs it), ``--seconds`` each, so the shared machine's other load weighs on
-  both alike. Reported: writes/s per round and the median ratio on/off (target >= 0.8); and,
+  (the history triggers disabled) and on (enabled), ``--seconds`` each, so the shared machine's
+  other load weighs on both alike. The revisioner runs through every round, as the control
+  plane runs it: it decodes each write into the revision stream and, as leader, seals the
+  history once a second (``--no-revisioner``: PostgreSQL alone, the bench sealing in the on
+  rounds). Reported: writes/s per round and the median ratio on/off (target >= 0.8); and,
   since the shared machine's load swings from round to round, the CPU per write of the server
-  (its processes' ``/proc`` times) and of this client, off and on, and their ratio.
+  (its processes' ``/proc`` times, the revisioner's WAL sender among them) and of its clients
+  (this one and the revisioner), off and on, and their ratio.
 * **Throughput with and without history, the pods' write mix.** The same interleaved off/on
   rounds, with the store's real write mix for pods instead: each writer holds one node and its
   lease and takes pods through their lifecycle as the control plane writes them, each write with
@@ -52,6 +55,7 @@ import asyncio
 import itertools
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -72,8 +76,10 @@ from app.scheduler.binder import Bind, bind_many
 from app.store.db import create_pool
 from app.store.history import Sealer, seal_all
 from app.store.store import Store
+from app.stream.revisioner import streaming
 from bench.common import Stack, median, write_result
 
+ROOT = Path(__file__).resolve().parents[2]
 CM, POD, LEASE, NODE = BY_KIND["ConfigMap"], BY_KIND["Pod"], BY_KIND["Lease"], BY_KIND["Node"]
 MIX_NS = "mix"
 RENEW_EVERY_S = 10.0  # agent/lease.py RENEW_EVERY
@@ -95,6 +101,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="lease renewals of the node per lifecycle in the write mix")  # fmt: skip
     p.add_argument("--no-sealer", dest="sealer", action="store_false",
                    help="history on without the sealer running (splits out its cost)")  # fmt: skip
+    p.add_argument("--no-revisioner", dest="revisioner", action="store_false",
+                   help="measure throughput without the revisioner running (PostgreSQL alone;"
+                        " the bench then runs the sealer itself in the on rounds)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -124,6 +133,30 @@ def relation_bytes(db: psycopg.Connection[Any]) -> int:
         " WHERE i.inhparent = 'qm_history'::regclass"
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds used so far by one process (0 for none)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_revisioner(stack: Stack) -> subprocess.Popen[bytes]:
+    """The revisioner as the control plane runs it (``python -m app.stream``), leading once it
+    streams; it also runs the sealer (ADR 0052)."""
+    env = {**os.environ, "DATABASE_URL": stack.url}
+    proc = subprocess.Popen([sys.executable, "-m", "app.stream"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    with psycopg.connect(stack.url, autocommit=True) as db:
+        deadline = time.monotonic() + 60
+        while not streaming(db):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the revisioner did not start streaming")
+            time.sleep(0.1)
+    return proc
 
 
 def server_cpu_s(postmaster: int | None) -> float:
@@ -185,6 +218,8 @@ async def throughput(
     store = Store(pool)
     postmaster = stack.pg.pid if stack.pg is not None else None
     rounds: list[dict[str, Any]] = []
+    revisioner = start_revisioner(stack) if args.revisioner else None
+    rev_pid = revisioner.pid if revisioner is not None else None
     try:
         with psycopg.connect(stack.url, autocommit=True) as db:
             for r in range(args.rounds):
@@ -193,19 +228,22 @@ async def throughput(
                     stop = threading.Event()
                     sealer = Sealer(stack.url)
                     thread = threading.Thread(target=sealer.run, args=(stop,), daemon=True)
-                    if on and args.sealer:
+                    bench_seals = on and args.sealer and revisioner is None
+                    if bench_seals:
                         thread.start()
                     h0 = history_marks(db) if count_history else None
                     t0, c0 = time.monotonic(), time.process_time()
-                    s0 = server_cpu_s(postmaster)
+                    s0, r0 = server_cpu_s(postmaster), process_cpu_s(rev_pid)
                     counts = await asyncio.gather(
                         *(work(store, w, args.seconds) for w in range(args.writers))
                     )
                     elapsed = time.monotonic() - t0
                     client_us = (time.process_time() - c0) * 1e6 / sum(counts)
                     server_us = (server_cpu_s(postmaster) - s0) * 1e6 / sum(counts)
+                    # The revisioner is a client of the server like this one.
+                    client_us += (process_cpu_s(rev_pid) - r0) * 1e6 / sum(counts)
                     stop.set()
-                    if on and args.sealer:
+                    if bench_seals:
                         thread.join(timeout=10)
                     rate = sum(counts) / elapsed
                     rounds.append({"round": r, "history": on, "writes_per_s": round(rate, 1),
@@ -223,6 +261,9 @@ async def throughput(
             history_triggers(db, True)
             seal_all(db)
     finally:
+        if revisioner is not None:
+            revisioner.terminate()
+            revisioner.wait(timeout=30)
         await store.close()
         await pool.close()
     ratios = [
@@ -245,6 +286,7 @@ async def throughput(
         "target_ratio": TARGET_RATIO,
         "writers": args.writers,
         "seconds_per_round": args.seconds,
+        "revisioner": args.revisioner,
         "workload": workload,
     }
 
