@@ -86,6 +86,9 @@ def history_triggers(
     statement triggers with transition tables record, set-based, the statements that set
     ``qm.contexts`` (batches of many writers); WHEN clauses pick which fire. ``ENABLE
     ALWAYS``, so that ``session_replication_role = replica`` does not silence them.
+
+    From migration 0020 on, the migration then runs ``SELECT qm_history_native('<table>')``
+    so that the row trigger is the C one where the server has it (ADR 0066).
     """
     args = f"'{key}', '{kind}', '{rule}', '{{{','.join(dropped)}}}'"
     fn = f"EXECUTE FUNCTION qm_history_record({args})"

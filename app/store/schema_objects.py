@@ -56,7 +56,7 @@ $function$""",
     "qm_history_archive(before timestamp with time zone)": r"""returns SETOF text
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   v_parts text[];
@@ -140,7 +140,7 @@ $function$""",
     "qm_history_drop_archived(tbl text, file_sha256 text)": r"""returns void
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 BEGIN
   IF NOT EXISTS (SELECT FROM qm_history_anchors AS a WHERE tbl = ANY (a.partitions)) THEN
@@ -158,7 +158,7 @@ $function$""",
     "qm_history_fold()": r"""returns integer
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   n integer;
@@ -230,7 +230,7 @@ END
 $function$""",
     "qm_history_native(tbl text, native boolean DEFAULT true)": """returns boolean
  LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   v_from text := CASE WHEN native THEN 'qm_history_record' ELSE 'qm_history_record_native' END;
@@ -255,7 +255,7 @@ $function$""",
     "qm_history_partition(month timestamp with time zone)": r"""returns text
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   lo timestamptz := date_trunc('month', month, 'UTC');
@@ -289,7 +289,7 @@ $function$""",
     "qm_history_partitions(ahead integer DEFAULT 2)": """returns integer
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   made integer := 0;
@@ -307,6 +307,7 @@ $function$""",
     "qm_history_record()": r"""returns trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   v_old jsonb;
@@ -410,6 +411,7 @@ $function$""",
     "qm_history_record_batch()": r"""returns trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   v_key text := TG_ARGV[0];
@@ -523,7 +525,7 @@ $function$""",
     "qm_history_seal(max_rows integer DEFAULT 5000)": r"""returns integer
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 DECLARE
   tip qm_history_chain;
@@ -588,7 +590,7 @@ $function$""",
     "qm_history_status(OUT sealed_seq bigint, OUT anchor_seq bigint, OUT unsealed bigint, OUT oldest_unsealed timestamp with time zone, OUT tip_hash text)": """returns record
  LANGUAGE sql
  STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
   SELECT c.last_seq, (SELECT max(last_seq) FROM qm_history_anchors), u.n, u.oldest,
          encode(c.last_hash, 'hex')
@@ -606,7 +608,7 @@ $function$""",
     "qm_history_verify()": r"""returns TABLE(seq bigint, id bigint, at timestamp with time zone, problem text)
  LANGUAGE sql
  STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'public'
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
   WITH a AS (
     SELECT last_seq, last_hash FROM qm_history_anchors ORDER BY last_seq DESC LIMIT 1

@@ -44,21 +44,29 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(qm_history_record_native);
 
-/* The statements, planned once per connection; public-qualified like the PL/pgSQL ones. */
+/*
+ * The statements, planned once per connection. The function runs as its owner, a superuser,
+ * with the writer's search_path: every name in them is qualified (operators and types too),
+ * so nothing a writer creates (a pg_temp domain named uuid, an operator ->> in a schema of its
+ * own) can stand in for the built-ins and run as the owner.
+ */
+#define GET "OPERATOR(pg_catalog.->>)"
 static const char *insert_sql =
 	"INSERT INTO public.qm_history (xid, table_name, kind, namespace, name, uid, op, before,"
 	" after, db_role, application_name, principal, groups, request_id, client_addr, user_agent,"
 	" reason, verb, subresource)"
 	" VALUES (pg_catalog.pg_current_xact_id(), $1, $2,"
-	" coalesce($7 ->> 'namespace', ''), coalesce($7 ->> 'name', $7 ->> $3),"
-	" ($7 ->> 'uid')::uuid, $4, $5, $6, session_user,"
+	" coalesce($7 " GET " 'namespace', ''::pg_catalog.text),"
+	" coalesce($7 " GET " 'name', $7 " GET " $3),"
+	" ($7 " GET " 'uid')::pg_catalog.uuid, $4, $5, $6, session_user,"
 	" pg_catalog.current_setting('application_name'), $8, $9, $10, $11, $12, $13, $14, $15)";
 
 static const char *tally_sql =
 	"INSERT INTO public.qm_history_tally AS y (hour, table_name, namespace, backend, kind, count)"
 	" VALUES (pg_catalog.date_trunc('hour', pg_catalog.statement_timestamp(), 'UTC'), $1,"
-	" coalesce($2 ->> 'namespace', ''), pg_catalog.pg_backend_pid(), $3, 1)"
-	" ON CONFLICT (hour, table_name, namespace, backend) DO UPDATE SET count = y.count + 1";
+	" coalesce($2 " GET " 'namespace', ''::pg_catalog.text), pg_catalog.pg_backend_pid(), $3, 1)"
+	" ON CONFLICT (hour, table_name, namespace, backend)"
+	" DO UPDATE SET count = y.count OPERATOR(pg_catalog.+) 1";
 
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr tally_plan = NULL;

@@ -14,6 +14,12 @@ Create Date: 2026-12-02
   ``pg_config``), it is created and every table's trigger is pointed at it, one table per
   transaction. Elsewhere nothing changes, and a DBA can do it later (``docs/upgrades.md``).
 
+* Every ``SECURITY DEFINER`` function of the history sets ``search_path = pg_catalog, public,
+  pg_temp``: the two recording triggers set none (they ran with the writer's path), and the
+  others left ``pg_temp`` implicit, which PostgreSQL then searches first for tables and types.
+  Either let a writer's own objects (a temporary domain named ``uuid``, an operator in a
+  schema it owns) run as the functions' owner.
+
 Expand-only: the triggers record the same rows whichever function they call, and the previous
 release neither calls nor reads these functions.
 """
@@ -43,7 +49,7 @@ TABLES = (
 
 SWITCH = r"""
 CREATE FUNCTION qm_history_native(tbl text, native boolean DEFAULT true) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
   v_from text := CASE WHEN native THEN 'qm_history_record' ELSE 'qm_history_record_native' END;
   v_to text := CASE WHEN native THEN 'qm_history_record_native' ELSE 'qm_history_record' END;
@@ -94,7 +100,24 @@ $$;
 """
 
 
+# The history's SECURITY DEFINER functions, and the search_path each had before.
+DEFINERS = {
+    "qm_history_record()": None,
+    "qm_history_record_batch()": None,
+    "qm_history_partition(timestamptz)": "pg_catalog, public",
+    "qm_history_partitions(integer)": "pg_catalog, public",
+    "qm_history_fold()": "pg_catalog, public",
+    "qm_history_seal(integer)": "pg_catalog, public",
+    "qm_history_verify()": "pg_catalog, public",
+    "qm_history_status()": "pg_catalog, public",
+    "qm_history_archive(timestamptz)": "pg_catalog, public",
+    "qm_history_drop_archived(text, text)": "pg_catalog, public",
+}
+
+
 def upgrade() -> None:
+    for function in DEFINERS:
+        op.execute(f"ALTER FUNCTION {function} SET search_path = pg_catalog, public, pg_temp")
     op.execute(SWITCH)
     op.execute(CREATE_EXTENSION)
     serves("0020", PREVIOUS_RELEASE, "the history's row trigger may be the C one")
@@ -108,3 +131,6 @@ def downgrade() -> None:
         op.execute(f"SELECT qm_history_native('{t}', false)")
     op.execute(DROP_EXTENSION)
     op.execute("DROP FUNCTION IF EXISTS qm_history_native(text, boolean)")
+    for function, path in DEFINERS.items():
+        reset = f"SET search_path = {path}" if path else "RESET search_path"
+        op.execute(f"ALTER FUNCTION {function} {reset}")

@@ -168,3 +168,46 @@ def test_the_native_trigger_refuses_a_table_outside_public(db: psycopg.Connectio
     )
     with pytest.raises(psycopg.Error, match="schema public only"):
         db.execute("INSERT INTO elsewhere.pods VALUES (gen_random_uuid(), 'x')")
+
+
+def test_a_writers_own_objects_never_run_as_the_trigger_owner(
+    db: psycopg.Connection[Any],
+) -> None:
+    """The recording functions run as their owner with the writer's session: an operator ->>
+    of the writer's own schema first in its search_path, or a temporary domain named uuid,
+    must not stand in for the built-ins (ADR 0066)."""
+    db.execute("DROP SCHEMA IF EXISTS hijack CASCADE")
+    db.execute("CREATE SCHEMA hijack")
+    db.execute(
+        "CREATE FUNCTION hijack.get(jsonb, text) RETURNS text LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'hijacked ->>'; END $$"
+    )
+    db.execute(
+        "CREATE OPERATOR hijack.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = hijack.get)"
+    )
+    try:
+        for native in (True, False):
+            point(db, native)
+            with db.transaction():
+                db.execute("SET LOCAL search_path = hijack, pg_catalog, public")
+                db.execute(
+                    "CREATE FUNCTION pg_temp.no(text) RETURNS boolean LANGUAGE plpgsql AS"
+                    " $$ BEGIN RAISE EXCEPTION 'hijacked uuid'; END $$"
+                )
+                db.execute("CREATE DOMAIN pg_temp.uuid AS text CHECK (pg_temp.no(VALUE))")
+                uid = uuid.uuid4()
+                db.execute(
+                    "INSERT INTO public.configmaps (uid, namespace, name) VALUES (%s, 'hj', %s)",
+                    (uid, f"hj-{native}"),
+                )
+                db.execute("DELETE FROM public.configmaps WHERE uid = %s", (uid,))
+                db.execute("DROP DOMAIN pg_temp.uuid")
+                db.execute("DROP FUNCTION pg_temp.no(text)")
+        found = db.execute(
+            "SELECT name, op, uid IS NOT NULL FROM qm_history WHERE namespace = 'hj' ORDER BY id"
+        ).fetchall()
+        assert found == [("hj-True", "insert", True), ("hj-True", "delete", True),
+                         ("hj-False", "insert", True), ("hj-False", "delete", True)]  # fmt: skip
+    finally:
+        point(db, True)
+        db.execute("DROP SCHEMA hijack CASCADE")
