@@ -43,6 +43,11 @@ def servers(make_database: Callable[[str], str], tmp_path: Path) -> Iterator[lis
     finally:
         for s in started:
             s.stop()
+        # A server's traceback, shown with a failure (pytest prints captured output then).
+        for log in sorted(tmp_path.glob("*.log")):
+            text = log.read_text(errors="replace")
+            if "Traceback" in text:
+                print(f"--- {log.name}\n{text[max(0, text.index('Traceback') - 2000) :][:8000]}")
 
 
 async def gets(api: httpx.AsyncClient, url: str, token: str, n: int, width: int = 4) -> float:
