@@ -87,7 +87,8 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm') AND NOT c.relispartition
   AND (c.relrowsecurity OR c.relforcerowsecurity OR c.reloptions IS NOT NULL)
 """
-# Functions an extension installed: the extension's, not the schema's (ADR 0066).
+# Functions an extension installed: the extension's, not the schema's (ADR 0066). alembic-utils
+# already leaves them out of the functions; their grants are left out here.
 EXTENSION_MEMBERS = """
 SELECT p.oid::regprocedure::text FROM pg_proc p
 JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -136,8 +137,7 @@ def read_objects(sess: Session, schema: str | None = None) -> dict[str, dict[str
     for sch in (schema,) if schema else SCHEMAS:
         members = {r[0] for r in sess.execute(text(EXTENSION_MEMBERS), {"schema": sch})}
         for f in PGFunction.from_database(sess, sch):
-            if f.signature not in members:
-                found["functions"][_key(sch, f.signature)] = f.definition
+            found["functions"][_key(sch, f.signature)] = f.definition
         for t in PGTrigger.from_database(sess, sch):
             if not on_partition(t.on_entity):
                 key = _key(sch, f"{t.signature} on {_table(t.on_entity)}")
